@@ -1,0 +1,217 @@
+"""QueueDao: the statements of one database, and the portable defaults every dialect starts from.
+
+Builders (methods returning SQLAlchemy statements) do no I/O, so golden-SQL tests need no
+database. Operations (methods taking a Connection) run inside a transaction the caller owns:
+they never begin, commit or retry; the engine layer does that.
+
+A dialect subclass overrides only what its database forces, and says why in a comment.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import sqlalchemy as sa
+
+from ..messages import OfferOutcome
+
+
+class ErrorKind(enum.Enum):
+    DUPLICATE_KEY = "duplicate_key"
+    TRANSIENT = "transient"  # deadlock, serialization failure, lock wait timeout, busy
+    MISSING_TABLE = "missing_table"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class OfferRow:
+    key: str
+    payload: bytes
+    at_ms: int
+    update: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRow:
+    id: int
+    key: str
+    payload: bytes
+    due_ms: int  # scheduled_at before the claim: the delivery order
+    scheduled_at_initially: int
+    created_at: int
+    deliveries: int  # after the claim: the attempt number
+
+
+class QueueDao:
+    """Portable behaviour; correct on any database that has row locks and SKIP LOCKED."""
+
+    name: ClassVar[str] = ""
+    # rows per offer statement and ids per IN-list; dialects lower them to their limits
+    offer_chunk: ClassVar[int] = 1000
+    in_list_max: ClassVar[int] = 1000
+    # claim reads with FOR UPDATE SKIP LOCKED (False where the write lock is database-wide)
+    skip_locked: ClassVar[bool] = True
+
+    def __init__(self, table: sa.Table) -> None:
+        self.table = t = table
+        self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
+                               t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries)
+        self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
+                                       t.c.lock_uuid == sa.bindparam("lock"))
+        self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
+                                            t.c.id.in_(sa.bindparam("ids", expanding=True)))
+        self._mark_claimed = (
+            sa.update(t)
+            .where(t.c.id.in_(sa.bindparam("ids", expanding=True)))
+            .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
+                    deliveries=t.c.deliveries + 1)
+        )
+
+    # ---- hooks around transactions and errors -------------------------------------------
+
+    @classmethod
+    def after_create_schema(cls, engine: sa.Engine) -> None:
+        """Database-wide settings the queue wants, applied once by create_schema."""
+
+    def begin_write(self, conn: sa.Connection) -> None:
+        """Called first in every transaction sqldelay opens to write."""
+
+    @classmethod
+    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
+        return ErrorKind.OTHER
+
+    # ---- offer ---------------------------------------------------------------------------
+
+    def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+              now_ms: int) -> list[OfferOutcome]:
+        """Insert or update ``rows`` (distinct keys, at most ``offer_chunk``).
+
+        Lock the existing rows first, so what is compared is what gets updated; insert the
+        absent keys; if a concurrent producer inserted one of them in between, the duplicate
+        error undoes only that statement on these databases, and the round starts again.
+        """
+        while True:
+            existing = {
+                r.pkey: (bytes(r.payload), r.scheduled_at_initially)
+                for r in conn.execute(self.select_existing(pkind, [r.key for r in rows]))
+            }
+            new = [r for r in rows if r.key not in existing]
+            changed = [r for r in rows
+                       if r.key in existing and r.update
+                       and existing[r.key] != (r.payload, r.at_ms)]
+            if new:
+                try:
+                    conn.execute(sa.insert(self.table), self.row_params(pkind, new, now_ms))
+                except sa.exc.IntegrityError as exc:
+                    if self.classify(exc) is ErrorKind.DUPLICATE_KEY:
+                        continue
+                    raise
+            if changed:
+                self.update_rows(conn, pkind, changed, now_ms)
+            created = {r.key for r in new}
+            updated = {r.key for r in changed}
+            return [OfferOutcome.CREATED if r.key in created
+                    else OfferOutcome.UPDATED if r.key in updated
+                    else OfferOutcome.IGNORED for r in rows]
+
+    def select_existing(self, pkind: str, keys: Sequence[str]) -> sa.Select:
+        t = self.table
+        return (sa.select(t.c.pkey, t.c.payload, t.c.scheduled_at_initially)
+                .where(t.c.pkind == pkind, t.c.pkey.in_(keys))
+                .with_for_update())
+
+    def update_rows(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+                    now_ms: int) -> None:
+        """Replace existing (locked) rows: new payload and due time, lock voided, attempts reset."""
+        t = self.table
+        stmt = (sa.update(t)
+                .where(t.c.pkind == pkind, t.c.pkey == sa.bindparam("k"))
+                .values(payload=sa.bindparam("p"), scheduled_at=sa.bindparam("a"),
+                        scheduled_at_initially=sa.bindparam("a"), created_at=now_ms,
+                        lock_uuid=None, deliveries=0))
+        conn.execute(stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms} for r in rows])
+
+    @staticmethod
+    def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int) -> list[dict]:
+        return [{"pkind": pkind, "pkey": r.key, "payload": r.payload, "scheduled_at": r.at_ms,
+                 "scheduled_at_initially": r.at_ms, "created_at": now_ms, "lock_uuid": None,
+                 "deliveries": 0} for r in rows]
+
+    # ---- claim ---------------------------------------------------------------------------
+
+    def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
+              until_ms: int) -> list[ClaimedRow]:
+        """Lock up to ``limit`` due rows in due order and mark them claimed by ``lock``."""
+        picked = conn.execute(self.select_due(pkind, now_ms, limit)).fetchall()
+        ids = [r.id for r in picked]
+        for chunk in chunked(ids, self.in_list_max):
+            conn.execute(self._mark_claimed, {"ids": chunk, "lock": lock, "until": until_ms})
+        return [ClaimedRow(r.id, r.pkey, bytes(r.payload), r.scheduled_at,
+                           r.scheduled_at_initially, r.created_at, r.deliveries + 1)
+                for r in picked]
+
+    def select_due(self, pkind: str, now_ms: int, limit: int) -> sa.Select:
+        t = self.table
+        stmt = (sa.select(*self._claim_columns)
+                .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms)
+                .order_by(t.c.scheduled_at, t.c.id)
+                .limit(limit))
+        return stmt.with_for_update(skip_locked=True) if self.skip_locked else stmt
+
+    # ---- ack, release, extend ----------------------------------------------------------
+
+    def ack(self, conn: sa.Connection, row_id: int, lock: str) -> bool:
+        return conn.execute(self._ack, {"id": row_id, "lock": lock}).rowcount > 0
+
+    def ack_many(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
+        return sum(conn.execute(self._ack_many, {"lock": lock, "ids": chunk}).rowcount
+                   for chunk in chunked(ids, self.in_list_max))
+
+    def move_locked(self, row_id: int, lock: str, scheduled_at: int,
+                    keep_lock: bool) -> sa.Update:
+        """Release (drop the lock) or extend (keep it) a claimed row, if the lock still holds."""
+        t = self.table
+        values = {"scheduled_at": scheduled_at}
+        if not keep_lock:
+            values["lock_uuid"] = None
+        return sa.update(t).where(t.c.id == row_id, t.c.lock_uuid == lock).values(**values)
+
+    # ---- reads and deletes by key --------------------------------------------------------
+
+    def select_by_key(self, pkind: str, key: str) -> sa.Select:
+        t = self.table
+        return sa.select(t).where(t.c.pkind == pkind, t.c.pkey == key)
+
+    def exists_key(self, pkind: str, key: str) -> sa.Select:
+        t = self.table
+        return sa.select(sa.literal(1)).where(t.c.pkind == pkind, t.c.pkey == key)
+
+    def delete_key(self, pkind: str, key: str) -> sa.Delete:
+        t = self.table
+        return sa.delete(t).where(t.c.pkind == pkind, t.c.pkey == key)
+
+    def delete_kind(self, pkind: str) -> sa.Delete:
+        t = self.table
+        return sa.delete(t).where(t.c.pkind == pkind)
+
+    def select_stats(self, pkind: str, now_ms: int) -> sa.Select:
+        t = self.table
+        due = t.c.scheduled_at <= now_ms
+        later = t.c.scheduled_at > now_ms
+
+        def count(cond):
+            return sa.func.coalesce(sa.func.sum(sa.case((cond, 1), else_=0)), 0)
+
+        return sa.select(
+            count(due).label("due"),
+            count(sa.and_(later, t.c.lock_uuid.is_(None))).label("scheduled"),
+            count(sa.and_(later, t.c.lock_uuid.is_not(None))).label("in_flight"),
+            sa.func.min(sa.case((due, t.c.scheduled_at))).label("oldest_due"),
+        ).where(t.c.pkind == pkind)
+
+
+def chunked(items: Sequence, size: int) -> list[Sequence]:
+    return [items[i:i + size] for i in range(0, len(items), size)]

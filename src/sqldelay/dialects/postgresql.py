@@ -1,0 +1,107 @@
+"""PostgreSQL: every offer chunk and every claim is one statement.
+
+- offer: ``INSERT … SELECT FROM unnest(arrays) ON CONFLICT``; three array parameters whatever
+  the row count, so a chunk is one small statement; ``RETURNING (xmax = 0)`` tells inserted
+  from updated rows, and rows the conflict clause skipped are the ignored ones. ON CONFLICT
+  is atomic per row, so a concurrent producer cannot make an outcome wrong.
+- claim: a MATERIALIZED CTE picks due ids ``FOR UPDATE SKIP LOCKED`` (materialized so the
+  LIMIT runs once), the UPDATE marks them and returns the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from ..messages import OfferOutcome
+from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
+
+_DUPLICATE = {"23505"}
+_TRANSIENT = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
+_MISSING = {"42P01"}
+
+
+class PostgresQueueDao(QueueDao):
+    name = "postgresql"
+    offer_chunk = 5000
+
+    def __init__(self, table: sa.Table) -> None:
+        super().__init__(table)
+        t = table
+        rows = sa.func.unnest(
+            sa.bindparam("keys", type_=pg.ARRAY(sa.Text)),
+            sa.bindparam("payloads", type_=pg.ARRAY(sa.LargeBinary)),
+            sa.bindparam("ats", type_=pg.ARRAY(sa.BigInteger)),
+        ).table_valued("k", "p", "a").render_derived(name="u")
+        source = sa.select(sa.bindparam("b_kind", type_=sa.Text), rows.c.k, rows.c.p, rows.c.a,
+                           rows.c.a, sa.bindparam("b_now", type_=sa.BigInteger), sa.literal(0))
+        insert = pg.insert(t).from_select(
+            ["pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially", "created_at",
+             "deliveries"], source)
+        self._insert_absent = insert.on_conflict_do_nothing(
+            index_elements=["pkind", "pkey"]).returning(t.c.pkey)
+        ex = insert.excluded
+        self._upsert = insert.on_conflict_do_update(
+            index_elements=["pkind", "pkey"],
+            set_={"payload": ex.payload, "scheduled_at": ex.scheduled_at,
+                  "scheduled_at_initially": ex.scheduled_at_initially,
+                  "created_at": ex.created_at, "lock_uuid": None, "deliveries": 0},
+            where=sa.or_(t.c.payload != ex.payload,
+                         t.c.scheduled_at_initially != ex.scheduled_at_initially),
+        ).returning(t.c.pkey, (sa.literal_column("xmax") == 0).label("inserted"))
+
+        picked = (
+            sa.select(t.c.id, t.c.scheduled_at)
+            .where(t.c.pkind == sa.bindparam("b_kind"), t.c.scheduled_at <= sa.bindparam("b_now"))
+            .order_by(t.c.scheduled_at, t.c.id)
+            .limit(sa.bindparam("limit", type_=sa.Integer))
+            .with_for_update(skip_locked=True)
+            .cte("picked")
+            .prefix_with("MATERIALIZED")
+        )
+        self._claim = (
+            sa.update(t)
+            .where(t.c.id == picked.c.id)
+            .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
+                    deliveries=t.c.deliveries + 1)
+            .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
+                       t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries)
+        )
+
+    @classmethod
+    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
+        code = getattr(exc.orig, "sqlstate", None)
+        if code in _DUPLICATE:
+            return ErrorKind.DUPLICATE_KEY
+        if code in _TRANSIENT:
+            return ErrorKind.TRANSIENT
+        if code in _MISSING:
+            return ErrorKind.MISSING_TABLE
+        return ErrorKind.OTHER
+
+    def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+              now_ms: int) -> list[OfferOutcome]:
+        outcome: dict[str, OfferOutcome] = {}
+        for update in (False, True):
+            group = [r for r in rows if r.update is update]
+            if not group:
+                continue
+            params = {"b_kind": pkind, "b_now": now_ms, "keys": [r.key for r in group],
+                      "payloads": [r.payload for r in group], "ats": [r.at_ms for r in group]}
+            if update:
+                for key, inserted in conn.execute(self._upsert, params):
+                    outcome[key] = OfferOutcome.CREATED if inserted else OfferOutcome.UPDATED
+            else:
+                for (key,) in conn.execute(self._insert_absent, params):
+                    outcome[key] = OfferOutcome.CREATED
+        return [outcome.get(r.key, OfferOutcome.IGNORED) for r in rows]
+
+    def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
+              until_ms: int) -> list[ClaimedRow]:
+        result = conn.execute(self._claim, {"b_kind": pkind, "b_now": now_ms, "limit": limit,
+                                            "lock": lock, "until": until_ms})
+        rows = [ClaimedRow(*r) for r in result]
+        rows.sort(key=lambda r: (r.due_ms, r.id))  # RETURNING has no order of its own
+        return rows

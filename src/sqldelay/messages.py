@@ -1,0 +1,82 @@
+"""The values that cross the public API: what goes in (Message) and what comes out."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from .queue import DelayedQueue
+
+
+class OfferOutcome(enum.Enum):
+    CREATED = "created"
+    UPDATED = "updated"
+    IGNORED = "ignored"
+
+
+class Delivery(enum.Enum):
+    FIRST = "first"
+    REDELIVERY = "redelivery"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message for ``offer_many``; ``at=None`` means due now."""
+
+    key: str
+    payload: Any
+    at: datetime | None = None
+    update: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedMessage:
+    """A stored message as ``DelayedQueue.get`` reads it, without locking it."""
+
+    key: str
+    payload: Any
+    scheduled_at: datetime
+    created_at: datetime
+    deliveries: int
+    in_flight: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    due: int
+    scheduled: int
+    in_flight: int
+    oldest_due_age: timedelta | None
+
+
+@dataclass(slots=True, eq=False)
+class Envelope:
+    """A claimed message. Ack it to delete it; otherwise it is due again at ``locked_until``."""
+
+    key: str
+    payload: Any
+    scheduled_at: datetime
+    created_at: datetime
+    attempt: int
+    locked_until: datetime
+    row_id: int = field(repr=False)
+    lock: str = field(repr=False)
+    queue: DelayedQueue = field(repr=False)
+
+    @property
+    def delivery(self) -> Delivery:
+        return Delivery.FIRST if self.attempt == 1 else Delivery.REDELIVERY
+
+    def ack(self, *, connection: sa.Connection | None = None) -> bool:
+        """Delete the message; False when the lock was lost (expired and re-claimed, or the
+        message was replaced by an update) and so nothing was deleted."""
+        return self.queue.ack(self, connection=connection)
+
+    def release(self, *, delay: timedelta | None = None,
+                connection: sa.Connection | None = None) -> bool:
+        return self.queue.release(self, delay=delay, connection=connection)

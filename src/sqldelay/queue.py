@@ -1,0 +1,246 @@
+"""DelayedQueue: the public face of one queue (one name and payload type) in the shared table."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
+from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
+from .errors import InvalidArgumentError
+from .executor import Executor
+from .messages import Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
+from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, queue_table
+from .serializers import JsonSerializer, Serializer, encode_payload
+
+MAX_QUEUE_NAME = 60
+_TYPE_NAME_MAX = KIND_LENGTH - MAX_QUEUE_NAME - 1
+
+
+class DelayedQueue:
+    """A durable delayed queue named ``name`` in ``table_name``, over any supported engine."""
+
+    def __init__(self, engine: sa.Engine, name: str, *, serializer: Serializer | None = None,
+                 acquire_timeout: timedelta = timedelta(minutes=5),
+                 table_name: str = DEFAULT_TABLE, clock: Clock | None = None) -> None:
+        if not isinstance(name, str) or not name or len(name) > MAX_QUEUE_NAME:
+            raise InvalidArgumentError(
+                f"queue name must be 1 to {MAX_QUEUE_NAME} characters, got {name!r}")
+        self.serializer = serializer if serializer is not None else JsonSerializer()
+        type_name = getattr(self.serializer, "type_name", None)
+        if not isinstance(type_name, str) or not type_name or len(type_name) > _TYPE_NAME_MAX:
+            raise InvalidArgumentError(
+                f"serializer.type_name must be 1 to {_TYPE_NAME_MAX} characters, got "
+                f"{type_name!r}")
+        self._acquire_ms = duration_ms(acquire_timeout, "acquire_timeout")
+        if self._acquire_ms < 1:
+            raise InvalidArgumentError("acquire_timeout must be positive")
+        self.engine = engine
+        self.name = name
+        self.pkind = f"{name}|{type_name}"
+        self.acquire_timeout = acquire_timeout
+        self.clock = clock if clock is not None else SystemClock()
+        self.dao: QueueDao = dao_class_for(engine.dialect)(queue_table(sa.MetaData(), table_name))
+        self.executor = Executor(engine, self.dao)
+
+    def __repr__(self) -> str:
+        return f"DelayedQueue({self.name!r}, {self.engine.url.render_as_string()!r})"
+
+    def now_ms(self) -> int:
+        return to_ms(self.clock.now(), "clock.now()")
+
+    # ---- producing -----------------------------------------------------------------------
+
+    def offer(self, key: str, payload: Any, at=None, *, update: bool = True,
+              connection: sa.Connection | None = None) -> OfferOutcome:
+        """Schedule ``payload`` under ``key`` for ``at`` (now when None).
+
+        CREATED for a new key; with ``update=True`` an existing message gets the new payload
+        and due time (UPDATED; an in-flight one loses its lock) unless both are unchanged
+        (IGNORED); with ``update=False`` an existing key is left alone (IGNORED).
+        """
+        return self.offer_many([Message(key, payload, at, update)], connection=connection)[0]
+
+    def offer_many(self, messages: Iterable[Message], *,
+                   connection: sa.Connection | None = None) -> list[OfferOutcome]:
+        """Offer many messages, one round trip (or a few) per chunk; outcomes in input order.
+
+        A key that appears twice is applied in order, as two offers would be.
+        """
+        now = self.now_ms()
+        rows = [self._row(i, m, now) for i, m in enumerate(messages)]
+        rounds = _rounds_of_distinct_keys(rows)
+        chunk = self.dao.offer_chunk
+
+        def op(conn: sa.Connection) -> list[OfferOutcome]:
+            outcomes: list[OfferOutcome | None] = [None] * len(rows)
+            for positions in rounds:
+                for start in range(0, len(positions), chunk):
+                    part = positions[start:start + chunk]
+                    results = self.dao.offer(conn, self.pkind, [rows[i] for i in part], now)
+                    for i, outcome in zip(part, results, strict=True):
+                        outcomes[i] = outcome
+            return outcomes
+
+        if not rows:
+            return []
+        return self.executor.run(op, write=True, connection=connection)
+
+    def _row(self, index: int, message: Message, now: int) -> OfferRow:
+        if not isinstance(message, Message):
+            raise InvalidArgumentError(
+                f"offer_many takes Message objects; item {index} is {type(message).__name__}")
+        check_key(message.key)
+        at = now if message.at is None else to_ms(message.at, "at")
+        payload = encode_payload(self.serializer, message.payload)
+        return OfferRow(message.key, payload, at, bool(message.update))
+
+    # ---- consuming -----------------------------------------------------------------------
+
+    def poll(self, *, connection: sa.Connection | None = None) -> Envelope | None:
+        """Claim the earliest due message for ``acquire_timeout``, or None when none is due."""
+        got = self.poll_many(1, connection=connection)
+        return got[0] if got else None
+
+    def poll_many(self, limit: int, *,
+                  connection: sa.Connection | None = None) -> list[Envelope]:
+        """Claim up to ``limit`` due messages (earliest first) under one lock id."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InvalidArgumentError(f"limit must be a positive integer, got {limit!r}")
+        now = self.now_ms()
+        until = now + self._acquire_ms
+        lock = str(uuid.uuid4())
+        rows = self.executor.run(
+            lambda conn: self.dao.claim(conn, self.pkind, now, limit, lock, until),
+            write=True, connection=connection)
+        return [self._envelope(r, lock, until) for r in rows]
+
+    def _envelope(self, row: ClaimedRow, lock: str, until: int) -> Envelope:
+        return Envelope(
+            key=row.key, payload=self.serializer.decode(row.payload),
+            scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
+            attempt=row.deliveries, locked_until=from_ms(until), row_id=row.id, lock=lock,
+            queue=self)
+
+    def ack(self, envelope: Envelope, *, connection: sa.Connection | None = None) -> bool:
+        """Delete a claimed message; False when its lock is stale (nothing deleted)."""
+        self._check_own(envelope)
+        return self.executor.run(
+            lambda conn: self.dao.ack(conn, envelope.row_id, envelope.lock),
+            write=True, connection=connection)
+
+    def ack_many(self, envelopes: Sequence[Envelope], *,
+                 connection: sa.Connection | None = None) -> int:
+        """Delete claimed messages, one statement per claim batch; returns how many were."""
+        by_lock: dict[str, list[int]] = defaultdict(list)
+        for env in envelopes:
+            self._check_own(env)
+            by_lock[env.lock].append(env.row_id)
+        if not by_lock:
+            return 0
+        return self.executor.run(
+            lambda conn: sum(self.dao.ack_many(conn, lock, ids) for lock, ids in by_lock.items()),
+            write=True, connection=connection)
+
+    def release(self, envelope: Envelope, *, delay: timedelta | None = None,
+                connection: sa.Connection | None = None) -> bool:
+        """Give a claimed message back: due now, or after ``delay``. False if the lock is stale."""
+        self._check_own(envelope)
+        delay_ms = 0 if delay is None else duration_ms(delay, "delay")
+        return self._move(envelope, self.now_ms() + delay_ms, keep_lock=False,
+                          connection=connection)
+
+    def extend(self, envelope: Envelope, by: timedelta | None = None, *,
+               connection: sa.Connection | None = None) -> bool:
+        """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
+        self._check_own(envelope)
+        until = self.now_ms() + (self._acquire_ms if by is None else duration_ms(by, "by"))
+        if self._move(envelope, until, keep_lock=True, connection=connection):
+            envelope.locked_until = from_ms(until)
+            return True
+        return False
+
+    def _move(self, envelope: Envelope, scheduled_at: int, *, keep_lock: bool,
+              connection: sa.Connection | None) -> bool:
+        stmt = self.dao.move_locked(envelope.row_id, envelope.lock, scheduled_at, keep_lock)
+        return self.executor.run(lambda conn: conn.execute(stmt).rowcount > 0,
+                                 write=True, connection=connection)
+
+    def _check_own(self, envelope: Envelope) -> None:
+        if not isinstance(envelope, Envelope):
+            raise InvalidArgumentError(f"expected an Envelope, got {type(envelope).__name__}")
+        if envelope.queue.pkind != self.pkind or envelope.queue.dao.table.name != self.dao.table.name:
+            raise InvalidArgumentError(
+                f"envelope of queue {envelope.queue.name!r} given to queue {self.name!r}")
+
+    # ---- inspecting and removing ----------------------------------------------------------
+
+    def get(self, key: str, *, connection: sa.Connection | None = None) -> QueuedMessage | None:
+        """Read a message without locking or changing it."""
+        check_key(key)
+        now = self.now_ms()
+        row = self.executor.run(
+            lambda conn: conn.execute(self.dao.select_by_key(self.pkind, key)).first(),
+            write=False, connection=connection)
+        if row is None:
+            return None
+        in_flight = row.lock_uuid is not None and row.scheduled_at > now
+        return QueuedMessage(
+            key=row.pkey, payload=self.serializer.decode(row.payload),
+            scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
+            deliveries=row.deliveries, in_flight=in_flight)
+
+    def contains(self, key: str, *, connection: sa.Connection | None = None) -> bool:
+        check_key(key)
+        return self.executor.run(
+            lambda conn: conn.execute(self.dao.exists_key(self.pkind, key)).first() is not None,
+            write=False, connection=connection)
+
+    def drop(self, key: str, *, connection: sa.Connection | None = None) -> bool:
+        """Delete a message whatever its state; True if there was one."""
+        check_key(key)
+        return self.executor.run(
+            lambda conn: conn.execute(self.dao.delete_key(self.pkind, key)).rowcount > 0,
+            write=True, connection=connection)
+
+    def clear(self, *, connection: sa.Connection | None = None) -> int:
+        """Delete every message of this queue; returns how many."""
+        return self.executor.run(
+            lambda conn: conn.execute(self.dao.delete_kind(self.pkind)).rowcount,
+            write=True, connection=connection)
+
+    def stats(self, *, connection: sa.Connection | None = None) -> QueueStats:
+        now = self.now_ms()
+        row = self.executor.run(
+            lambda conn: conn.execute(self.dao.select_stats(self.pkind, now)).one(),
+            write=False, connection=connection)
+        oldest = None if row.oldest_due is None else timedelta(milliseconds=now - row.oldest_due)
+        return QueueStats(due=int(row.due), scheduled=int(row.scheduled),
+                          in_flight=int(row.in_flight), oldest_due_age=oldest)
+
+
+def check_key(key: Any) -> None:
+    if not isinstance(key, str):
+        raise InvalidArgumentError(f"key must be a str, got {type(key).__name__}")
+    if not key:
+        raise InvalidArgumentError("key must not be empty")
+    if len(key) > KEY_LENGTH:
+        raise InvalidArgumentError(f"key is {len(key)} characters; the limit is {KEY_LENGTH}")
+
+
+def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:
+    """Split positions into rounds in which each key occurs once, preserving order per key."""
+    rounds: list[list[int]] = []
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        n = seen.get(row.key, 0)
+        seen[row.key] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(i)
+    return rounds

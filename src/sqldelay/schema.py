@@ -1,0 +1,129 @@
+"""The queue table: one factory used by create_schema, the Alembic migration and user migrations.
+
+Column types that differ per database are small custom types here whose DDL each dialect
+module renders (``@compiles``), so this module stays free of per-database branches.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+
+from .errors import InvalidArgumentError
+
+DEFAULT_TABLE = "delayed_queue"
+KEY_LENGTH = 200
+KIND_LENGTH = 100
+LOCK_LENGTH = 36
+
+
+class QueueId(sa.BigInteger):
+    """Auto-generated 64-bit row id."""
+
+    __visit_name__ = "sqldelay_id"
+    cache_ok = True
+
+
+class QueueKey(sa.String):
+    """A key or kind: case- and trailing-space-sensitive text, compared byte for byte."""
+
+    __visit_name__ = "sqldelay_key"
+    cache_ok = True
+
+
+class QueuePayload(sa.LargeBinary):
+    """Serialized payload; must hold at least a few megabytes on every database."""
+
+    __visit_name__ = "sqldelay_payload"
+    cache_ok = True
+
+
+@compiles(QueueId)
+def _id_default(type_, compiler, **kw):
+    return compiler.visit_BIGINT(type_, **kw)
+
+
+@compiles(QueueKey)
+def _key_default(type_, compiler, **kw):
+    return compiler.visit_VARCHAR(type_, **kw)
+
+
+@compiles(QueuePayload)
+def _payload_default(type_, compiler, **kw):
+    return compiler.visit_large_binary(type_, **kw)
+
+
+def queue_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
+    """The queue table bound to ``metadata``; add it to your own metadata for autogenerate."""
+    _check_table_name(table_name)
+    if table_name in metadata.tables:
+        return metadata.tables[table_name]
+    table = sa.Table(table_name, metadata, *_columns())
+    for name, columns, unique in _indexes(table_name):
+        sa.Index(name, *(table.c[c] for c in columns), unique=unique)
+    return table
+
+
+def _columns() -> list[sa.Column]:
+    return [
+        sa.Column("id", QueueId(), sa.Identity(), primary_key=True, autoincrement=True),
+        sa.Column("pkind", QueueKey(KIND_LENGTH), nullable=False),
+        sa.Column("pkey", QueueKey(KEY_LENGTH), nullable=False),
+        sa.Column("payload", QueuePayload(), nullable=False),
+        # due time in epoch ms; while a message is claimed, the time its lock expires
+        sa.Column("scheduled_at", sa.BigInteger(), nullable=False),
+        # the due time the producer asked for
+        sa.Column("scheduled_at_initially", sa.BigInteger(), nullable=False),
+        sa.Column("lock_uuid", sa.String(LOCK_LENGTH), nullable=True),
+        sa.Column("created_at", sa.BigInteger(), nullable=False),
+        # claims so far; the attempt number of the current delivery
+        sa.Column("deliveries", sa.Integer(), nullable=False),
+    ]
+
+
+def _indexes(table_name: str) -> list[tuple[str, tuple[str, ...], bool]]:
+    return [
+        (f"{table_name}_kind_key_uq", ("pkind", "pkey"), True),
+        # claims read this index in due order; id makes equal due times first-in first-out
+        (f"{table_name}_kind_due_ix", ("pkind", "scheduled_at", "id"), False),
+        (f"{table_name}_lock_ix", ("lock_uuid",), False),
+    ]
+
+
+def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> sa.Table:
+    """Create the queue table and its indexes if absent (idempotent)."""
+    from .dialects import dao_class_for
+
+    dao_cls = dao_class_for(engine.dialect)
+    table = queue_table(sa.MetaData(), table_name)
+    with engine.begin() as conn:
+        table.create(conn, checkfirst=True)
+    dao_cls.after_create_schema(engine)
+    return table
+
+
+def drop_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> None:
+    """Drop the queue table and everything in it."""
+    table = queue_table(sa.MetaData(), table_name)
+    with engine.begin() as conn:
+        table.drop(conn, checkfirst=True)
+
+
+def create_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
+    """Create the queue table from inside your own Alembic migration: ``create_table_op(op)``."""
+    _check_table_name(table_name)
+    op.create_table(table_name, *_columns())
+    for name, columns, unique in _indexes(table_name):
+        op.create_index(name, table_name, list(columns), unique=unique)
+
+
+def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
+    """The downgrade of ``create_table_op``."""
+    op.drop_table(table_name)
+
+
+def _check_table_name(name: str) -> None:
+    if not isinstance(name, str) or not name or len(name) > 40 or not name.isidentifier():
+        raise InvalidArgumentError(
+            f"table_name must be a plain identifier of at most 40 characters, got {name!r}"
+        )
