@@ -174,7 +174,8 @@ class DelayedQueue:
     def _check_own(self, envelope: Envelope) -> None:
         if not isinstance(envelope, Envelope):
             raise InvalidArgumentError(f"expected an Envelope, got {type(envelope).__name__}")
-        if envelope.queue.pkind != self.pkind or envelope.queue.dao.table.name != self.dao.table.name:
+        other = envelope.queue
+        if other.pkind != self.pkind or other.dao.table.name != self.dao.table.name:
             raise InvalidArgumentError(
                 f"envelope of queue {envelope.queue.name!r} given to queue {self.name!r}")
 

@@ -24,7 +24,7 @@ class Serializer(Protocol):
 
 
 class JsonSerializer:
-    """JSON with sorted keys, so equal objects encode to equal bytes (offer can tell 'unchanged')."""
+    """JSON with sorted keys: equal objects encode to equal bytes, so offer can tell 'unchanged'."""
 
     type_name = "json"
 
