@@ -110,7 +110,7 @@ class QueueDao:
                         continue
                     raise
             if changed:
-                self.update_rows(conn, pkind, changed, now_ms)
+                conn.execute(*self.update_changed(pkind, changed, now_ms))
             created = {r.key for r in new}
             updated = {r.key for r in changed}
             return [OfferOutcome.CREATED if r.key in created
@@ -123,16 +123,17 @@ class QueueDao:
                 .where(t.c.pkind == pkind, t.c.pkey.in_(keys))
                 .with_for_update())
 
-    def update_rows(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                    now_ms: int) -> None:
-        """Replace existing (locked) rows: new payload and due time, lock voided, attempts reset."""
+    def update_changed(self, pkind: str, rows: Sequence[OfferRow],
+                       now_ms: int) -> tuple[sa.Executable, list[dict] | None]:
+        """Replace existing (locked) rows: new payload and due time, lock voided, attempts
+        reset. Returns the statement and its parameters."""
         t = self.table
         stmt = (sa.update(t)
                 .where(t.c.pkind == pkind, t.c.pkey == sa.bindparam("k"))
                 .values(payload=sa.bindparam("p"), scheduled_at=sa.bindparam("a"),
                         scheduled_at_initially=sa.bindparam("a"), created_at=now_ms,
                         lock_uuid=None, deliveries=0))
-        conn.execute(stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms} for r in rows])
+        return stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms} for r in rows]
 
     @staticmethod
     def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int) -> list[dict]:

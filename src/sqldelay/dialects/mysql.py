@@ -51,17 +51,16 @@ class MySQLQueueDao(QueueDao):
             return ErrorKind.MISSING_TABLE
         return ErrorKind.OTHER
 
-    def update_rows(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                    now_ms: int) -> None:
+    def update_changed(self, pkind: str, rows: Sequence[OfferRow],
+                       now_ms: int) -> tuple[sa.Executable, None]:
         # An executemany of UPDATEs is one round trip per row with PyMySQL; the rows exist and
         # are locked, so a multi-row INSERT … ON DUPLICATE KEY UPDATE is the same update in one.
         stmt = mysql.insert(self.table).values(self.row_params(pkind, rows, now_ms))
         new = stmt.inserted
-        stmt = stmt.on_duplicate_key_update(
+        return stmt.on_duplicate_key_update(
             payload=new.payload, scheduled_at=new.scheduled_at,
             scheduled_at_initially=new.scheduled_at_initially, created_at=new.created_at,
-            lock_uuid=None, deliveries=0)
-        conn.execute(stmt)
+            lock_uuid=None, deliveries=0), None
 
 
 class MariaDBQueueDao(MySQLQueueDao):
