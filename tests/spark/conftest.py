@@ -1,0 +1,148 @@
+"""Fixtures of the PySpark tests: one local SparkSession, and one queue table per backend.
+
+Backends: a SQLite file, PostgreSQL and MariaDB (through ``mysql+pymysql``). A server that
+cannot be reached fails the run when CI=true and is skipped, with the reason, otherwise.
+The table is named after this process so sessions sharing a server do not meet; it is
+dropped at the end. PySpark itself missing is a skip with its reason (it is an optional extra),
+except in CI, where the extra is installed and its absence is a failure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    if IN_CI:
+        raise
+    pytest.skip(f"the [spark] extra is not installed ({exc})", allow_module_level=True)
+
+from sqldelay import create_schema, drop_schema  # noqa: E402
+
+PG_URL = os.environ.get("SQLDELAY_TEST_PG_URL",
+                        "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("SQLDELAY_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+SPARK_BACKENDS = ["sqlite", "postgresql", "mariadb"]
+_SERVER_URLS = {"postgresql": PG_URL, "mariadb": MYSQL_URL}
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{os.getpid()}_{next(_names)}"
+
+
+def _unreachable(url: str) -> str | None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        return None
+    except Exception as exc:  # the reason to report, whatever it is
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="session", params=SPARK_BACKENDS)
+def spark_backend(request, tmp_path_factory) -> tuple[str, str]:
+    """(backend name, URL) of one backend; URL-only, as the Spark tasks build engines."""
+    name = request.param
+    if name == "sqlite":
+        return name, f"sqlite:///{tmp_path_factory.mktemp('spark_sqlite') / 'queue.db'}"
+    url = _SERVER_URLS[name]
+    problem = _unreachable(url)
+    if problem:
+        message = f"{name} server at {url} is unreachable ({problem})"
+        if IN_CI:
+            pytest.fail(f"{message}; CI=true requires every server backend", pytrace=False)
+        pytest.skip(message)
+    return name, url
+
+
+@pytest.fixture(scope="session")
+def spark_url(spark_backend) -> str:
+    return spark_backend[1]
+
+
+@pytest.fixture(scope="session")
+def spark_engine(spark_url):
+    engine = sa.create_engine(spark_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def spark_table(spark_engine) -> str:
+    name = f"sq_spark_{os.getpid()}"
+    create_schema(spark_engine, table_name=name)
+    yield name
+    drop_schema(spark_engine, table_name=name)
+
+
+class _Sessions:
+    """Keeps one SparkSession; a test that needs another master (local[2,3] to retry
+    failed tasks) gets it by stopping the current one, and the next test restores it."""
+
+    def __init__(self) -> None:
+        self.session = None
+        self.master: str | None = None
+
+    def get(self, master: str):
+        from pyspark.sql import SparkSession
+
+        if self.session is not None and self.master == master:
+            return self.session
+        self.stop()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        self.session = (
+            SparkSession.builder.master(master).appName("sqldelay-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.driver.memory", "1g")
+            .getOrCreate())
+        self.session.sparkContext.setLogLevel("ERROR")
+        self.master = master
+        from sqldelay.spark import register
+
+        register(self.session)
+        return self.session
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+            self.master = None
+
+
+@pytest.fixture(scope="session")
+def spark_sessions():
+    sessions = _Sessions()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions):
+    """A local[2] SparkSession with the sqldelay format registered."""
+    return spark_sessions.get("local[2]")
+
+
+@pytest.fixture
+def spark_retrying(spark_sessions):
+    """local[2,3]: two threads, and a failed task is tried up to three times."""
+    return spark_sessions.get("local[2,3]")
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return unique("sq")
