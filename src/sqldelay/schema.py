@@ -90,14 +90,25 @@ def _indexes(table_name: str) -> list[tuple[str, tuple[str, ...], bool]]:
     ]
 
 
-def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> sa.Table:
-    """Create the queue table and its indexes if absent (idempotent)."""
+# storage presets for create_schema(tuning=...): "high-churn" suits a table whose rows are
+# inserted, updated and deleted all day; each dialect module says what it sets (tuning_ddl)
+TUNING_PRESETS = ("high-churn",)
+
+
+def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
+                  tuning: str | None = None) -> sa.Table:
+    """Create the queue table and its indexes if absent (idempotent), with a tuning preset."""
     from .dialects import dao_class_for
 
+    if tuning is not None and tuning not in TUNING_PRESETS:
+        raise InvalidArgumentError(
+            f"tuning must be None or one of {', '.join(TUNING_PRESETS)}; got {tuning!r}")
     dao_cls = dao_class_for(engine.dialect)
     table = queue_table(sa.MetaData(), table_name)
     with engine.begin() as conn:
         table.create(conn, checkfirst=True)
+        for ddl in dao_cls.tuning_ddl(table, tuning) if tuning else ():
+            conn.exec_driver_sql(ddl)
     dao_cls.after_create_schema(engine)
     return table
 

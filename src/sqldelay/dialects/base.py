@@ -76,6 +76,15 @@ class QueueDao:
     def after_create_schema(cls, engine: sa.Engine) -> None:
         """Database-wide settings the queue wants, applied once by create_schema."""
 
+    @classmethod
+    def tuning_ddl(cls, table: sa.Table, preset: str) -> list[str]:
+        """Statements that apply a storage preset of ``schema.TUNING_PRESETS`` to ``table``.
+
+        None by default: MySQL/MariaDB, SQL Server, Oracle and SQLite have no per-table storage
+        setting that the churn benchmark showed to help; benchmarks/README.md has their advice.
+        """
+        return []
+
     def begin_write(self, conn: sa.Connection) -> None:
         """Called first in every transaction sqldelay opens to write."""
 
