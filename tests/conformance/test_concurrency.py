@@ -1,0 +1,146 @@
+"""Many producers and consumers at once, on every backend, with the real clock.
+
+Each key is offered by two producers (one with update=False, one with update=True and the
+same payload and due time), so every offer after the first of a live message is IGNORED;
+a key is created again only when its message was already consumed. So for every key the
+number of CREATED outcomes must equal the number of acked deliveries, no message may be held
+by two consumers at once, and nothing may be left at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from sqldelay import DelayedQueue, Delivery, FakeClock, Message, OfferOutcome, SystemClock
+
+MESSAGES = 5000
+PRODUCERS = 4
+CONSUMERS = 4
+DEADLINE = 240.0
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["poll", "poll_many"])
+def test_producers_and_consumers(make_queue, batched):
+    queue = make_queue(clock=SystemClock(), acquire_timeout=timedelta(minutes=10))
+    due = SystemClock().now() - timedelta(seconds=1)
+    # producer p offers the keys of slices p and p+1: every key is offered twice
+    slices = [list(range(s, MESSAGES, PRODUCERS)) for s in range(PRODUCERS)]
+    created: Counter[str] = Counter()
+    acked: Counter[str] = Counter()
+    held: set[str] = set()
+    overlaps: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    producers_done = threading.Event()
+
+    def produce(p: int) -> None:
+        update = p % 2 == 1
+        keys = slices[p] + slices[(p + 1) % PRODUCERS]
+        messages = [Message(f"key-{k}", {"k": k}, due, update) for k in keys]
+        if batched:
+            outcomes = []
+            for i in range(0, len(messages), 100):
+                outcomes += queue.offer_many(messages[i:i + 100])
+        else:
+            outcomes = [queue.offer(m.key, m.payload, m.at, update=m.update) for m in messages]
+        assert OfferOutcome.UPDATED not in outcomes  # same payload and due time: never changed
+        with lock:
+            created.update(m.key for m, o in zip(messages, outcomes, strict=True)
+                           if o is OfferOutcome.CREATED)
+
+    def consume() -> None:
+        idle_since = None
+        while time.monotonic() < start + DEADLINE:
+            batch = queue.poll_many(25) if batched else [e for e in [queue.poll()] if e]
+            if not batch:
+                if producers_done.is_set():
+                    # two empty polls a moment apart after the producers finished: drained
+                    if idle_since is not None and time.monotonic() - idle_since > 0.2:
+                        return
+                    idle_since = idle_since or time.monotonic()
+                continue
+            idle_since = None
+            with lock:
+                for env in batch:
+                    if env.key in held:
+                        overlaps.append(env.key)
+                    held.add(env.key)
+                    assert env.delivery is Delivery.FIRST
+            with lock:
+                for env in batch:
+                    held.discard(env.key)
+            assert queue.ack_many(batch) == len(batch)
+            with lock:
+                acked.update(env.key for env in batch)
+
+    def guarded(fn, *args):
+        try:
+            fn(*args)
+        except BaseException as exc:  # surfaced in the main thread below
+            errors.append(exc)
+
+    start = time.monotonic()
+    producers = [threading.Thread(target=guarded, args=(produce, p)) for p in range(PRODUCERS)]
+    consumers = [threading.Thread(target=guarded, args=(consume,)) for _ in range(CONSUMERS)]
+    for t in producers + consumers:
+        t.start()
+    for t in producers:
+        t.join()
+    producers_done.set()
+    for t in consumers:
+        t.join()
+    if errors:
+        raise errors[0]
+    assert not overlaps, f"held by two consumers at once: {overlaps[:5]}"
+    assert set(created) == {f"key-{k}" for k in range(MESSAGES)}
+    assert acked == created  # every created message delivered and acked exactly once
+    stats = queue.stats()
+    assert (stats.due, stats.scheduled, stats.in_flight) == (0, 0, 0)
+
+
+CONSUMER_SCRIPT = """
+import sys, sqlalchemy as sa
+from datetime import timedelta
+from sqldelay import DelayedQueue
+queue = DelayedQueue(sa.create_engine(sys.argv[1]), sys.argv[2], table_name=sys.argv[3],
+                     acquire_timeout=timedelta(minutes=1))
+claimed = queue.poll_many(int(sys.argv[4]))
+print(" ".join(sorted(e.key for e in claimed)), flush=True)
+sys.stdin.read()  # hold the messages until killed
+"""
+
+
+def test_killed_consumer_loses_nothing(backend_url, make_queue, table_name):
+    queue = make_queue(clock=SystemClock())
+    queue.offer_many([Message(f"m{i}", i) for i in range(30)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CONSUMER_SCRIPT, backend_url, queue.name, table_name, "20"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        held = set(proc.stdout.readline().split())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert len(held) == 20
+    assert queue.stats().in_flight == 20
+    # until the lock expires only the 10 unclaimed messages can be had
+    rest = queue.poll_many(100)
+    assert {e.key for e in rest} == {f"m{i}" for i in range(30)} - held
+    assert queue.ack_many(rest) == 10
+    # after the timeout the killed consumer's messages come back as redeliveries
+    later = DelayedQueue(queue.engine, queue.name, table_name=table_name,
+                         clock=FakeClock(SystemClock().now() + timedelta(minutes=1, seconds=1)))
+    redelivered = later.poll_many(100)
+    assert {e.key for e in redelivered} == held
+    assert all(e.attempt == 2 for e in redelivered)
+    assert later.ack_many(redelivered) == 20
+    assert later.stats().due == 0

@@ -1,0 +1,303 @@
+"""The queue's behaviour, identical on every backend."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from sqldelay import (
+    BytesSerializer,
+    Delivery,
+    InvalidArgumentError,
+    Message,
+    OfferOutcome,
+    PayloadError,
+    StrSerializer,
+)
+
+C, U, IG = OfferOutcome.CREATED, OfferOutcome.UPDATED, OfferOutcome.IGNORED
+SEC = timedelta(seconds=1)
+
+
+def test_offer_outcomes(queue, clock):
+    at = clock.now()
+    assert queue.offer("k", {"v": 1}, at) is C
+    assert queue.offer("k", {"v": 1}, at) is IG  # nothing would change
+    assert queue.offer("k", {"v": 2}, at) is U  # new payload
+    assert queue.offer("k", {"v": 2}, at + SEC) is U  # new due time
+    assert queue.offer("k", {"v": 3}, at, update=False) is IG  # insert-if-absent
+    stored = queue.get("k")
+    assert stored.payload == {"v": 2} and stored.scheduled_at == at + SEC
+
+
+def test_offer_many_outcomes_in_input_order_with_repeated_keys(queue, clock):
+    queue.offer("old", 1)
+    queue.offer("same", 1, clock.now())
+    outcomes = queue.offer_many([
+        Message("new", 1), Message("old", 2), Message("same", 1, clock.now()),
+        Message("old", 3, update=False), Message("new", 4), Message("new", 4),
+    ])
+    assert outcomes == [C, U, IG, IG, U, IG]
+    assert queue.get("new").payload == 4 and queue.get("old").payload == 2
+
+
+def test_offer_many_of_nothing(queue):
+    assert queue.offer_many([]) == []
+
+
+def test_delivery_in_due_order_and_only_when_due(queue, clock):
+    now = clock.now()
+    for i, delay in enumerate([30, 10, 20, 0]):
+        queue.offer(f"m{i}", i, now + delay * SEC)
+    assert [e.key for e in queue.poll_many(10)] == ["m3"]
+    clock.advance(25 * SEC)
+    assert [e.key for e in queue.poll_many(10)] == ["m1", "m2"]
+    assert queue.poll() is None
+    clock.advance(5 * SEC)
+    env = queue.poll()
+    assert (env.key, env.payload, env.scheduled_at) == ("m0", 0, now + 30 * SEC)
+
+
+def test_equal_due_times_are_first_in_first_out(queue, clock):
+    queue.offer_many([Message(f"k{i:03}", i, clock.now()) for i in range(100)])
+    assert [e.payload for e in queue.poll_many(100)] == list(range(100))
+
+
+def test_envelope_fields(queue, clock):
+    created = clock.now()
+    queue.offer("k", {"a": [1, "ü"]}, created + SEC)
+    clock.advance(2 * SEC)
+    env = queue.poll()
+    assert env.key == "k" and env.payload == {"a": [1, "ü"]}
+    assert env.scheduled_at == created + SEC and env.created_at == created
+    assert env.delivery is Delivery.FIRST and env.attempt == 1
+    assert env.locked_until == clock.now() + queue.acquire_timeout
+    assert env.scheduled_at.tzinfo is not None
+
+
+def test_ack_deletes(queue):
+    queue.offer("k", 1)
+    env = queue.poll()
+    assert env.ack() is True
+    assert not queue.contains("k") and queue.poll() is None
+    assert env.ack() is False
+
+
+def test_redelivery_after_acquire_timeout_and_stale_ack(make_queue, clock):
+    queue = make_queue(acquire_timeout=timedelta(seconds=30))
+    queue.offer("k", "p")
+    first = queue.poll()
+    clock.advance(29 * SEC)
+    assert queue.poll() is None  # still locked
+    clock.advance(2 * SEC)
+    second = queue.poll()
+    assert (second.key, second.attempt, second.delivery) == ("k", 2, Delivery.REDELIVERY)
+    assert first.ack() is False  # its lock was taken over: nothing deleted
+    assert queue.contains("k")
+    assert second.ack() is True and not queue.contains("k")
+
+
+def test_update_while_in_flight_voids_the_lock(queue, clock):
+    queue.offer("k", "old")
+    env = queue.poll()
+    assert queue.offer("k", "new") is U
+    assert env.ack() is False  # the stale ack deletes nothing
+    again = queue.poll()
+    assert (again.payload, again.attempt) == ("new", 1)
+
+
+def test_identical_offer_keeps_an_in_flight_lock(queue, clock):
+    at = clock.now()
+    queue.offer("k", "same", at)
+    env = queue.poll()
+    assert queue.offer("k", "same", at) is IG
+    assert queue.poll() is None and env.ack() is True
+
+
+@pytest.mark.parametrize("limit", [1, 50, 1000])
+def test_poll_many_claims_up_to_limit(queue, limit):
+    queue.offer_many([Message(f"k{i:04}", i) for i in range(limit + 7)])
+    batch = queue.poll_many(limit)
+    assert [e.payload for e in batch] == list(range(limit))
+    assert len({e.key for e in batch}) == limit
+    assert queue.stats().in_flight == limit
+    assert queue.ack_many(batch) == limit
+    assert [e.payload for e in queue.poll_many(1000)] == list(range(limit, limit + 7))
+
+
+def test_ack_many_across_batches_counts_only_held_locks(make_queue, clock):
+    queue = make_queue(acquire_timeout=timedelta(seconds=10))
+    queue.offer_many([Message(f"k{i}", i) for i in range(4)])
+    a = queue.poll_many(2)
+    b = queue.poll_many(2)
+    clock.advance(11 * SEC)
+    retaken = queue.poll_many(1)  # takes over a[0]
+    assert queue.ack_many(a + b) == 3
+    assert queue.ack_many(retaken) == 1
+    assert queue.stats().due == 0
+
+
+def test_release_now_and_later(queue, clock):
+    queue.offer("k", 1)
+    env = queue.poll()
+    assert queue.release(env) is True
+    again = queue.poll()
+    assert again.attempt == 2
+    assert again.release(delay=10 * SEC) is True
+    assert queue.poll() is None
+    clock.advance(10 * SEC)
+    assert queue.poll().attempt == 3
+    assert env.release() is False  # stale
+
+
+def test_extend_keeps_the_lock(make_queue, clock):
+    queue = make_queue(acquire_timeout=timedelta(seconds=10))
+    queue.offer("k", 1)
+    env = queue.poll()
+    clock.advance(8 * SEC)
+    assert queue.extend(env, 10 * SEC) is True
+    clock.advance(8 * SEC)
+    assert queue.poll() is None
+    assert env.locked_until == clock.now() + 2 * SEC
+    assert env.ack() is True
+
+
+def test_get_contains_drop(queue, clock):
+    assert queue.get("k") is None and not queue.contains("k") and not queue.drop("k")
+    queue.offer("k", [1, 2], clock.now() + SEC)
+    got = queue.get("k")
+    assert (got.payload, got.deliveries, got.in_flight) == ([1, 2], 0, False)
+    clock.advance(SEC)
+    queue.poll()
+    got = queue.get("k")
+    assert (got.deliveries, got.in_flight) == (1, True)
+    assert queue.drop("k") is True and not queue.contains("k")
+
+
+def test_stats_and_clear(make_queue, clock):
+    queue = make_queue(acquire_timeout=timedelta(seconds=60))
+    now = clock.now()
+    queue.offer_many([Message("due1", 1, now - 5 * SEC), Message("due2", 2, now),
+                      Message("later", 3, now + 60 * SEC), Message("held", 4, now - 9 * SEC)])
+    assert queue.poll().key == "held"
+    stats = queue.stats()
+    assert (stats.due, stats.scheduled, stats.in_flight) == (2, 1, 1)
+    assert stats.oldest_due_age == 5 * SEC
+    other = make_queue()
+    other.offer("x", 1)
+    assert queue.clear() == 4
+    empty = queue.stats()
+    assert (empty.due, empty.scheduled, empty.in_flight, empty.oldest_due_age) == (0, 0, 0, None)
+    assert other.contains("x")
+
+
+def test_queues_and_payload_types_are_separate(make_queue, engine, table_name):
+    name = "shared-name"
+    as_json = make_queue(name)
+    as_bytes = make_queue(name, serializer=BytesSerializer())
+    as_json.offer("k", {"j": 1})
+    as_bytes.offer("k", b"\x00\xff")
+    assert as_bytes.poll().payload == b"\x00\xff"
+    assert as_json.poll().payload == {"j": 1}
+    assert as_json.clear() == 1 and as_bytes.clear() == 1
+
+
+def test_unicode_keys_at_the_length_limit_and_exact_key_matching(make_queue):
+    queue = make_queue(serializer=StrSerializer())
+    long_key = "🦄" * 199 + "é"
+    keys = [long_key, "Key", "key", "key ", "k%_\\", "ключ"]
+    assert queue.offer_many([Message(k, k) for k in keys]) == [C] * len(keys)
+    for k in keys:
+        assert queue.get(k).key == k
+    assert sorted(e.payload for e in queue.poll_many(10)) == sorted(keys)
+
+
+def test_one_megabyte_payloads(make_queue):
+    blob = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    queue = make_queue(serializer=BytesSerializer())
+    queue.offer("big", blob)
+    assert queue.poll().payload == blob
+    text = make_queue()
+    doc = {"text": "x" * (1 << 20)}
+    text.offer("big", doc)
+    assert text.poll().payload == doc
+
+
+def test_connection_joins_the_callers_transaction(queue, engine):
+    with engine.connect() as conn:
+        queue.offer("rolled-back", 1, connection=conn)
+        queue.offer_many([Message("rb2", 2)], connection=conn)
+        assert queue.contains("rolled-back", connection=conn)
+        conn.rollback()
+    assert not queue.contains("rolled-back") and not queue.contains("rb2")
+    with engine.connect() as conn:
+        queue.offer("committed", 1, connection=conn)
+        conn.commit()
+    with engine.connect() as conn:
+        env = queue.poll(connection=conn)
+        conn.rollback()  # the claim is undone with the transaction
+    assert queue.stats().in_flight == 0
+    assert queue.poll().key == env.key == "committed"
+
+
+# ---- bad input: rejected before anything is written ----------------------------------------
+
+@pytest.mark.parametrize("key, problem", [("", "empty"), ("x" * 201, "201 characters"),
+                                          (42, "must be a str")])
+def test_bad_keys(queue, key, problem):
+    with pytest.raises(InvalidArgumentError, match=problem):
+        queue.offer(key, 1)
+
+
+def test_bad_batch_writes_nothing(queue):
+    queue.offer("kept", "original")
+    batch = [Message("kept", "changed"), Message("a", 1), Message("b", object())]
+    with pytest.raises(PayloadError, match="not JSON-serializable"):
+        queue.offer_many(batch)
+    with pytest.raises(InvalidArgumentError, match="naive"):
+        queue.offer_many([Message("kept", "changed"), Message("n", 1, datetime(2030, 1, 1))])
+    with pytest.raises(InvalidArgumentError, match="Message objects"):
+        queue.offer_many([Message("kept", "changed"), ("a", 1)])
+    assert queue.get("kept").payload == "original"
+    assert queue.stats().due == 1
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_bad_limits(queue, limit):
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        queue.poll_many(limit)
+
+
+def test_bad_queue_names_and_timeouts(make_queue):
+    with pytest.raises(InvalidArgumentError, match="queue name"):
+        make_queue("q" * 61)
+    with pytest.raises(InvalidArgumentError, match="acquire_timeout"):
+        make_queue(acquire_timeout=timedelta(0))
+
+
+def test_aware_non_utc_times_are_accepted(queue, clock):
+    from zoneinfo import ZoneInfo
+
+    at = clock.now().astimezone(ZoneInfo("Asia/Tokyo"))
+    queue.offer("tz", 1, at)
+    assert queue.get("tz").scheduled_at == at and queue.get("tz").scheduled_at.tzinfo == UTC
+
+
+def test_missing_table_says_how_to_create_it(engine, clock):
+    from sqldelay import DelayedQueue, SchemaMissingError
+
+    queue = DelayedQueue(engine, "q", table_name="sqldelay_no_such_table", clock=clock)
+    with pytest.raises(SchemaMissingError, match="create_schema"):
+        queue.offer("k", 1)
+    with pytest.raises(SchemaMissingError, match="create_schema"):
+        queue.poll()
+
+
+def test_create_schema_is_idempotent(engine, table_name):
+    from sqldelay import create_schema
+
+    create_schema(engine, table_name=table_name)
+    names = {ix["name"] for ix in sa.inspect(engine).get_indexes(table_name)}
+    assert {f"{table_name}_kind_key_uq", f"{table_name}_kind_due_ix"} <= names
