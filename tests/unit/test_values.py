@@ -1,0 +1,93 @@
+"""Pure checks of the value layer: time conversion, serializers, the dialect registry."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from sqldelay import (
+    BytesSerializer,
+    DelayedQueue,
+    FakeClock,
+    InvalidArgumentError,
+    JsonSerializer,
+    PayloadError,
+    StrSerializer,
+    UnsupportedDialectError,
+)
+from sqldelay.clock import from_ms, to_ms
+
+
+@pytest.mark.parametrize("when", [
+    datetime(1970, 1, 1, tzinfo=UTC),
+    datetime(2030, 6, 1, 12, 30, 15, 123000, tzinfo=UTC),
+    datetime(2030, 6, 1, 14, 30, tzinfo=timezone(timedelta(hours=2))),
+    datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+])
+def test_epoch_milliseconds_round_trip(when):
+    assert from_ms(to_ms(when)) == when
+    assert to_ms(when) == round(when.timestamp() * 1000)
+
+
+def test_naive_datetimes_are_rejected():
+    with pytest.raises(InvalidArgumentError, match="naive"):
+        to_ms(datetime(2030, 1, 1))
+    with pytest.raises(InvalidArgumentError, match="naive"):
+        FakeClock(datetime(2030, 1, 1))
+
+
+def test_fake_clock_moves_only_when_told():
+    clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+    assert clock.now() == clock.now() == datetime(2030, 1, 1, tzinfo=UTC)
+    clock.advance(timedelta(minutes=5))
+    assert clock.now() == datetime(2030, 1, 1, 0, 5, tzinfo=UTC)
+
+
+def test_json_is_canonical_so_equal_objects_compare_equal():
+    s = JsonSerializer()
+    assert s.encode({"b": 1, "a": [1, "ü"]}) == s.encode({"a": [1, "ü"], "b": 1})
+    assert s.decode(s.encode({"a": [1, "ü"]})) == {"a": [1, "ü"]}
+
+
+@pytest.mark.parametrize("serializer, bad", [
+    (JsonSerializer(), {1, 2}), (JsonSerializer(), float("nan")),
+    (BytesSerializer(), "text"), (StrSerializer(), b"bytes"), (StrSerializer(), "\ud800"),
+])
+def test_unencodable_payloads(serializer, bad):
+    with pytest.raises(PayloadError):
+        serializer.encode(bad)
+
+
+def test_a_broken_custom_serializer_is_reported():
+    class Broken:
+        type_name = "broken"
+
+        def encode(self, payload):
+            return "not bytes"
+
+        def decode(self, data):
+            return data
+
+    queue = DelayedQueue(sa.create_engine("sqlite://"), "q", serializer=Broken())
+    with pytest.raises(PayloadError, match="not bytes"):
+        queue.offer("k", 1)  # rejected before the (absent) table is touched
+
+
+def test_unknown_dialect_lists_the_supported_ones():
+    engine = sa.create_engine("sqlite://")
+    engine.dialect.name = "firebird"
+    with pytest.raises(UnsupportedDialectError, match="postgresql.*sqlite"):
+        DelayedQueue(engine, "q")
+
+
+@pytest.mark.parametrize("name", ["", "q" * 61, None])
+def test_bad_queue_names(name):
+    with pytest.raises(InvalidArgumentError, match="queue name"):
+        DelayedQueue(sa.create_engine("sqlite://"), name)
+
+
+def test_bad_table_names():
+    with pytest.raises(InvalidArgumentError, match="table_name"):
+        DelayedQueue(sa.create_engine("sqlite://"), "q", table_name="drop table x;--")
