@@ -27,6 +27,9 @@ SERVER_URLS = {
     "mariadb": MYSQL_URL.replace("mysql+", "mariadb+", 1),
 }
 BACKENDS = ["sqlite", *SERVER_URLS]
+# SQLDELAY_TEST_BACKENDS=sqlite,postgresql narrows a run (tox runs one backend per env)
+if os.environ.get("SQLDELAY_TEST_BACKENDS"):
+    BACKENDS = [b for b in BACKENDS if b in os.environ["SQLDELAY_TEST_BACKENDS"].split(",")]
 
 _counter = itertools.count()
 
