@@ -6,7 +6,9 @@ import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
+from .mssql import MSSQLQueueDao
 from .mysql import MariaDBQueueDao, MySQLQueueDao
+from .oracle import OracleQueueDao
 from .postgresql import PostgresQueueDao
 from .sqlite import SQLiteQueueDao
 
@@ -15,6 +17,8 @@ REGISTRY: dict[str, type[QueueDao]] = {
     "mysql": MySQLQueueDao,
     "mariadb": MariaDBQueueDao,
     "sqlite": SQLiteQueueDao,
+    "mssql": MSSQLQueueDao,
+    "oracle": OracleQueueDao,
 }
 
 

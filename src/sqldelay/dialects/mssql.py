@@ -1,0 +1,141 @@
+"""SQL Server 2017+ and Azure SQL Edge through pyodbc (dialect name "mssql").
+
+- offer: the portable lock-then-insert round, with the lock as a *table hint*: SQLAlchemy drops
+  ``FOR UPDATE`` on this dialect without a word. ``UPDLOCK, HOLDLOCK`` takes update locks on the
+  existing rows and key-range locks on the absent keys, so a concurrent producer of the same new
+  key waits for this transaction instead of racing it to the insert.
+- claim: one statement. An ordered CTE picks ``TOP (n)`` due rows under ``ROWLOCK, UPDLOCK,
+  READPAST`` (READPAST is SQL Server's SKIP LOCKED), and ``UPDATE`` of the CTE marks them and
+  returns them through ``OUTPUT``. Core has no UPDATE of a CTE, hence a ``text()`` statement
+  with bound parameters.
+- limits: at most 2100 parameters per statement.
+- keys: SQL Server ignores trailing spaces when it compares text, whatever the collation, so
+  "key" and "key " would be one message: such keys are refused with a clear error here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mssql
+from sqlalchemy.ext.compiler import compiles
+
+from ..errors import InvalidArgumentError
+from ..messages import OfferOutcome
+from ..schema import QueueKey, QueuePayload
+from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
+
+_DUPLICATE = {2627, 2601}  # unique constraint, unique index
+_TRANSIENT = {1205, 1222}  # deadlock victim, lock request timeout
+_MISSING = {208}  # invalid object name
+_PARAMETER_LIMIT = 2100
+_INSERT_PARAMETERS = 8  # bound values per inserted row (every column but the identity)
+
+# pyodbc puts the native error number of the first diagnostic record before the name of the
+# ODBC function that failed: "[23000] [Microsoft]...duplicate key ... (2627) (SQLExecDirectW)"
+_NATIVE_ERROR = re.compile(r"\((\d+)\) \(SQL\w+\)")
+
+
+@compiles(QueueKey, "mssql")
+def _key(type_, compiler, **kw):
+    # national text so any key fits whatever the database code page; NVARCHAR(n) counts UTF-16
+    # code units, and a character outside the BMP takes two; a binary collation so keys compare
+    # case- and accent-sensitively (the default collations fold case)
+    return f"NVARCHAR({2 * type_.length}) COLLATE Latin1_General_100_BIN2"
+
+
+@compiles(QueuePayload, "mssql")
+def _payload(type_, compiler, **kw):
+    # without a server version at hand SQLAlchemy renders the deprecated IMAGE type
+    return "VARBINARY(MAX)"
+
+
+def native_error(exc: sa.exc.DBAPIError) -> int | None:
+    """The SQL Server error number of a pyodbc error: args are (sqlstate, message)."""
+    args = getattr(exc.orig, "args", ())
+    match = _NATIVE_ERROR.search(args[1]) if len(args) > 1 and isinstance(args[1], str) else None
+    return int(match.group(1)) if match else None
+
+
+class MSSQLQueueDao(QueueDao):
+    name = "mssql"
+    # SQLAlchemy sends an executemany INSERT as multi-row INSERTs of at most 2099 parameters
+    # (insertmanyvalues); a chunk that fits one of them is inserted all or nothing, and its
+    # key IN-list stays far under the limit too
+    offer_chunk = (_PARAMETER_LIMIT - 1) // _INSERT_PARAMETERS
+    in_list_max = 2000  # ids plus the lock and due-time parameters
+    like_specials = "%_["  # "[" opens a character class in LIKE patterns here
+
+    def __init__(self, table: sa.Table) -> None:
+        super().__init__(table)
+        name = mssql.dialect().identifier_preparer.quote(table.name)
+        self._claim = sa.text(
+            "WITH picked AS ("
+            "SELECT TOP (:limit) id, pkey, payload, scheduled_at, scheduled_at_initially, "
+            "created_at, deliveries, lock_uuid "
+            f"FROM {name} WITH (ROWLOCK, UPDLOCK, READPAST) "
+            "WHERE pkind = :b_kind AND scheduled_at <= :b_now "
+            "ORDER BY scheduled_at, id) "
+            "UPDATE picked SET lock_uuid = :lock, scheduled_at = :until, "
+            "deliveries = deliveries + 1 "
+            "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
+            "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries"
+        ).bindparams(
+            sa.bindparam("limit", type_=sa.Integer),
+            sa.bindparam("b_kind", type_=sa.Unicode),  # NVARCHAR, like the column
+            sa.bindparam("b_now", type_=sa.BigInteger),
+            sa.bindparam("lock", type_=sa.String),
+            sa.bindparam("until", type_=sa.BigInteger),
+        ).columns(table.c.id, table.c.pkey, table.c.payload, table.c.scheduled_at,
+                  table.c.scheduled_at_initially, table.c.created_at, table.c.deliveries)
+
+    @classmethod
+    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
+        code = native_error(exc)
+        if code in _DUPLICATE:
+            return ErrorKind.DUPLICATE_KEY
+        if code in _TRANSIENT:
+            return ErrorKind.TRANSIENT
+        if code in _MISSING:
+            return ErrorKind.MISSING_TABLE
+        return ErrorKind.OTHER
+
+    def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+              now_ms: int) -> list[OfferOutcome]:
+        for r in rows:
+            _check_key(r.key)
+        return super().offer(conn, pkind, rows, now_ms)
+
+    def select_by_key(self, pkind: str, key: str) -> sa.Select:
+        _check_key(key)
+        return super().select_by_key(pkind, key)
+
+    def exists_key(self, pkind: str, key: str) -> sa.Select:
+        _check_key(key)
+        return super().exists_key(pkind, key)
+
+    def delete_key(self, pkind: str, key: str) -> sa.Delete:
+        _check_key(key)
+        return super().delete_key(pkind, key)
+
+    def select_existing(self, pkind: str, keys: Sequence[str]) -> sa.Select:
+        # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): lock by table hint
+        return super().select_existing(pkind, keys).with_hint(
+            self.table, "WITH (UPDLOCK, HOLDLOCK)", dialect_name="mssql")
+
+    def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
+              until_ms: int) -> list[ClaimedRow]:
+        result = conn.execute(self._claim, {"limit": limit, "b_kind": pkind, "b_now": now_ms,
+                                            "lock": lock, "until": until_ms})
+        rows = [ClaimedRow(r[0], r[1], bytes(r[2]), *r[3:]) for r in result]
+        rows.sort(key=lambda r: (r.due_ms, r.id))  # OUTPUT has no order of its own
+        return rows
+
+
+def _check_key(key: str) -> None:
+    if key.endswith(" "):
+        raise InvalidArgumentError(
+            f"key {key!r} ends with a space: SQL Server ignores trailing spaces when comparing "
+            "text, so it would be the same message as the key without them")

@@ -1,0 +1,98 @@
+"""Oracle 19c+ and 23ai Free through python-oracledb (dialect name "oracle").
+
+- offer: the portable lock-then-insert round fits (``FOR UPDATE`` renders here, and a failed
+  statement is undone alone, so the round can start again after ORA-00001).
+- claim: ``FOR UPDATE SKIP LOCKED`` cannot be combined with a row limit (ORA-02014), and Oracle
+  skips locked rows only as it fetches them. So the claim opens an ordered locking cursor with
+  no limit and fetches ``n`` rows from it: rows locked by another consumer are passed over and
+  the next due ones returned, where picking ``n`` rows first and skipping the locked ones
+  afterwards would return nothing while due rows wait behind them. The driver's fetch batch is
+  set to ``n`` because Oracle locks every row it sends, read or not. The picked rows are then
+  marked by id in the same transaction.
+- limits: at most 1000 expressions in an IN-list (ORA-01795).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+
+from ..schema import QueueId, QueueKey, QueuePayload
+from .base import ClaimedRow, ErrorKind, QueueDao, chunked
+
+_DUPLICATE = {1}  # ORA-00001 unique constraint violated
+# deadlock, cannot serialize, resource busy (NOWAIT), resource busy (WAIT timeout expired)
+_TRANSIENT = {60, 8177, 54, 30006}
+_MISSING = {942}  # table or view does not exist
+
+
+@compiles(QueueId, "oracle")
+def _id(type_, compiler, **kw):
+    return "NUMBER(19)"  # Oracle has no BIGINT
+
+
+@compiles(QueueKey, "oracle")
+def _key(type_, compiler, **kw):
+    # the length counts characters, not bytes, so a key of KEY_LENGTH characters always fits
+    return f"VARCHAR2({type_.length} CHAR)"
+
+
+@compiles(QueuePayload, "oracle")
+def _payload(type_, compiler, **kw):
+    return "BLOB"  # RAW stops at 2000 bytes (32767 with extended strings)
+
+
+def oracle_error_code(exc: sa.exc.DBAPIError) -> int | None:
+    """The ORA- number of a python-oracledb error: its args are one ``_Error`` with ``code``."""
+    args = getattr(exc.orig, "args", ())
+    code = getattr(args[0], "code", None) if args else None
+    return code if isinstance(code, int) else None
+
+
+class OracleQueueDao(QueueDao):
+    name = "oracle"
+    offer_chunk = 999  # keys of a chunk go into one IN-list
+    in_list_max = 999
+
+    def __init__(self, table: sa.Table) -> None:
+        super().__init__(table)
+        t = table
+        self._due = (
+            sa.select(*self._claim_columns)
+            .where(t.c.pkind == sa.bindparam("b_kind"), t.c.scheduled_at <= sa.bindparam("b_now"))
+            .order_by(t.c.scheduled_at, t.c.id)
+            .with_for_update(skip_locked=True)  # no OF: of=table would render an empty OF list
+        )
+
+    @classmethod
+    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
+        code = oracle_error_code(exc)
+        if code in _DUPLICATE:
+            return ErrorKind.DUPLICATE_KEY
+        if code in _TRANSIENT:
+            return ErrorKind.TRANSIENT
+        if code in _MISSING:
+            return ErrorKind.MISSING_TABLE
+        return ErrorKind.OTHER
+
+    def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
+              until_ms: int) -> list[ClaimedRow]:
+        if not conn.in_transaction():
+            conn.begin()  # the raw cursor below must run inside the transaction that commits
+        # SQLAlchemy sets no per-statement fetch size, so the locking read uses a driver cursor
+        sql = str(self._due.compile(dialect=conn.dialect))
+        cursor = conn.connection.cursor()
+        try:
+            cursor.prefetchrows = cursor.arraysize = limit
+            cursor.execute(sql, {"b_kind": pkind, "b_now": now_ms})
+            picked = cursor.fetchmany(limit)
+        finally:
+            cursor.close()
+        for chunk in chunked([r[0] for r in picked], self.in_list_max):
+            conn.execute(self._mark_claimed, {"ids": chunk, "lock": lock, "until": until_ms})
+        return [ClaimedRow(r[0], r[1], _bytes(r[2]), r[3], r[4], r[5], r[6] + 1) for r in picked]
+
+
+def _bytes(payload) -> bytes:
+    # SQLAlchemy makes the driver return BLOBs as bytes unless auto_convert_lobs=False
+    return payload.read() if hasattr(payload, "read") else bytes(payload)

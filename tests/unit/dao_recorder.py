@@ -1,0 +1,104 @@
+"""Run QueueDao operations without a database: record every statement, answer with set rows.
+
+Golden-SQL tests for databases that do not run here (SQL Server, Oracle) drive the real DAO
+operations through this stand-in for a Connection, so what they check is what the DAO sends,
+including statements built inside operations. ``render`` turns a recorded statement into the
+SQL text the dialect sends (IN-lists expanded), ready to compare or to hand to sqlglot.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import sqlalchemy as sa
+import sqlglot
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+
+class FakeResult:
+    def __init__(self, rows, rowcount):
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def fetchall(self):
+        return list(self._rows)
+
+
+class FakeCursor:
+    """A driver cursor (used by the Oracle claim); records its SQL and fetch settings."""
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+        self.arraysize = 100
+        self.prefetchrows = 2
+        self.closed = False
+
+    def execute(self, sql, params):
+        self.recorder.cursor_calls.append(
+            SimpleNamespace(sql=sql, params=params, arraysize=self.arraysize,
+                            prefetchrows=self.prefetchrows))
+        self._rows = list(self.recorder.next_rows())
+
+    def fetchmany(self, size):
+        rows, self._rows = self._rows[:size], self._rows[size:]
+        return rows
+
+    def close(self):
+        self.closed = True
+
+
+class RecordingConnection:
+    """Duck-types the parts of sa.Connection the DAOs use; ``results`` answers, in order."""
+
+    def __init__(self, dialect: sa.Dialect, results=(), rowcount: int = 1):
+        self.dialect = dialect
+        self.executed: list[tuple[object, object]] = []
+        self.cursor_calls: list[SimpleNamespace] = []
+        self.cursors: list[FakeCursor] = []
+        self._results = list(results)
+        self._rowcount = rowcount
+        self.connection = self  # conn.connection.cursor() reaches the driver cursor
+
+    def next_rows(self):
+        return self._results.pop(0) if self._results else []
+
+    def execute(self, stmt, params=None):
+        self.executed.append((stmt, params))
+        return FakeResult(self.next_rows(), self._rowcount)
+
+    def in_transaction(self) -> bool:
+        return True
+
+    def cursor(self) -> FakeCursor:
+        cursor = FakeCursor(self)
+        self.cursors.append(cursor)
+        return cursor
+
+
+def row(**values) -> SimpleNamespace:
+    return SimpleNamespace(**values)
+
+
+def render(stmt, params, dialect: sa.Dialect) -> str:
+    """The SQL text of an executed statement (first parameter set of an executemany)."""
+    many = isinstance(params, list)
+    if many:
+        params = params[0]
+    keys = list(params) if isinstance(stmt, sa.Insert) else None
+    compiled = stmt.compile(dialect=dialect, column_keys=keys, for_executemany=many)
+    return " ".join(compiled.construct_expanded_state(params).statement.split())
+
+
+def ddl(table: sa.Table, dialect: sa.Dialect) -> list[str]:
+    stmts = [CreateTable(table), *(CreateIndex(i) for i in sorted(table.indexes,
+                                                                   key=lambda i: i.name))]
+    return [" ".join(str(s.compile(dialect=dialect)).split()) for s in stmts]
+
+
+def parses(sql: str, grammar: str) -> bool:
+    """True when sqlglot's grammar for the database reads ``sql`` as exactly one statement."""
+    parsed = sqlglot.parse(sql, read=grammar, error_level=sqlglot.ErrorLevel.RAISE)
+    return len(parsed) == 1 and parsed[0] is not None

@@ -1,0 +1,211 @@
+"""SQL Server: the SQL the DAO sends, checked without a server (golden text + sqlglot's tsql).
+
+Whether SQL Server accepts and runs these statements is proven only by the conformance suite
+against a live server (tests/conftest.py starts one when a Docker engine is reachable).
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+import sqlglot
+from sqlalchemy.dialects import mssql
+
+from sqldelay.dialects import ErrorKind, OfferRow, dao_class_for
+from sqldelay.dialects.mssql import MSSQLQueueDao
+from sqldelay.errors import InvalidArgumentError
+from sqldelay.messages import OfferOutcome
+from sqldelay.schema import queue_table
+
+from .dao_recorder import RecordingConnection, ddl, parses, render, row
+
+DIALECT = mssql.dialect()
+PARAMETER_LIMIT = 2100
+
+
+@pytest.fixture
+def dao() -> MSSQLQueueDao:
+    return MSSQLQueueDao(queue_table(sa.MetaData(), "dq"))
+
+
+def sent(conn: RecordingConnection) -> list[str]:
+    return [render(stmt, params, DIALECT) for stmt, params in conn.executed]
+
+
+def assert_tsql(statements: list[str]) -> None:
+    for sql in statements:
+        assert parses(sql, "tsql"), sql
+
+
+def test_registered_under_the_dialect_name():
+    assert dao_class_for(DIALECT) is MSSQLQueueDao
+
+
+def test_schema_ddl(dao):
+    statements = ddl(dao.table, DIALECT)
+    assert statements == [
+        "CREATE TABLE dq ( id BIGINT NOT NULL IDENTITY, "
+        "pkind NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL, "
+        "pkey NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL, "
+        "payload VARBINARY(MAX) NOT NULL, scheduled_at BIGINT NOT NULL, "
+        "scheduled_at_initially BIGINT NOT NULL, lock_uuid VARCHAR(36) NULL, "
+        "created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, PRIMARY KEY (id) )",
+        "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
+        "CREATE UNIQUE INDEX dq_kind_key_uq ON dq (pkind, pkey)",
+        "CREATE INDEX dq_lock_ix ON dq (lock_uuid)",
+    ]
+    assert_tsql(statements)
+
+
+def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
+    conn = RecordingConnection(DIALECT, results=[
+        [row(pkey="same", payload=b"p", scheduled_at_initially=10),
+         row(pkey="moved", payload=b"p", scheduled_at_initially=10)],
+    ])
+    rows = [OfferRow("new", b"p", 10, True), OfferRow("same", b"p", 10, True),
+            OfferRow("moved", b"p", 20, True)]
+    assert dao.offer(conn, "q|json", rows, 5) == [
+        OfferOutcome.CREATED, OfferOutcome.IGNORED, OfferOutcome.UPDATED]
+    statements = sent(conn)
+    assert statements == [
+        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially FROM dq WITH (UPDLOCK, HOLDLOCK) "
+        "WHERE dq.pkind = :pkind_1 AND dq.pkey IN (:pkey_1_1, :pkey_1_2, :pkey_1_3)",
+        "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
+        "created_at, deliveries) VALUES (:pkind, :pkey, :payload, :scheduled_at, "
+        ":scheduled_at_initially, :lock_uuid, :created_at, :deliveries)",
+        "UPDATE dq SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, "
+        "lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries "
+        "WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
+    ]
+    assert "FOR UPDATE" not in " ".join(statements)
+    assert_tsql(statements)
+
+
+def test_a_full_offer_chunk_is_one_insert_statement_under_the_parameter_limit(dao):
+    chunk = [OfferRow(f"k{i}", b"p", 1, False) for i in range(dao.offer_chunk)]
+    conn = RecordingConnection(DIALECT)
+    dao.offer(conn, "q|json", chunk, 0)
+    (select, select_params), (insert, insert_params) = conn.executed
+    per_row = len(insert_params[0])
+    # SQLAlchemy's insertmanyvalues packs rows into INSERTs of at most 2099 parameters: the
+    # whole chunk fits one, so it is inserted all or nothing
+    assert dao.offer_chunk * per_row <= DIALECT.insertmanyvalues_max_parameters
+    assert (dao.offer_chunk + 1) * per_row > DIALECT.insertmanyvalues_max_parameters
+    expanded = select.compile(dialect=DIALECT).construct_expanded_state(select_params)
+    assert len(expanded.parameters) < PARAMETER_LIMIT
+
+
+def test_claim_is_one_statement_with_table_hints(dao):
+    claimed = [(7, "b", b"pb", 30, 30, 1, 1), (3, "a", b"pa", 20, 20, 1, 2)]
+    conn = RecordingConnection(DIALECT, results=[claimed])
+    rows = dao.claim(conn, "q|json", 100, 2, "lock-1", 400)
+    assert [(r.id, r.key, r.payload, r.due_ms, r.deliveries) for r in rows] == [
+        (3, "a", b"pa", 20, 2), (7, "b", b"pb", 30, 1)]  # due order, whatever OUTPUT's order
+    ((stmt, params),) = conn.executed
+    assert params == {"limit": 2, "b_kind": "q|json", "b_now": 100, "lock": "lock-1",
+                      "until": 400}
+    statements = sent(conn)
+    assert statements == [
+        "WITH picked AS (SELECT TOP (:limit) id, pkey, payload, scheduled_at, "
+        "scheduled_at_initially, created_at, deliveries, lock_uuid "
+        "FROM dq WITH (ROWLOCK, UPDLOCK, READPAST) "
+        "WHERE pkind = :b_kind AND scheduled_at <= :b_now ORDER BY scheduled_at, id) "
+        "UPDATE picked SET lock_uuid = :lock, scheduled_at = :until, "
+        "deliveries = deliveries + 1 "
+        "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
+        "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries"]
+    assert_tsql(statements)
+
+
+def test_claim_binds_the_kind_as_national_text(dao):
+    kind = dao._claim.compile(dialect=DIALECT).binds["b_kind"].type
+    assert isinstance(kind.dialect_impl(DIALECT), sa.Unicode)
+
+
+def test_ack_many_splits_ids_under_the_parameter_limit(dao):
+    conn = RecordingConnection(DIALECT, rowcount=1)
+    ids = list(range(4500))
+    assert dao.ack_many(conn, "lock-1", ids) == 3
+    sizes = [len(params["ids"]) for _, params in conn.executed]
+    assert sizes == [2000, 2000, 500]
+    assert all(n + 1 < PARAMETER_LIMIT for n in sizes)
+    assert_tsql(sent(conn))
+
+
+def test_reads_and_small_writes(dao):
+    conn = RecordingConnection(DIALECT)
+    dao.ack(conn, 1, "lock-1")
+    for stmt in (dao.move_locked(1, "lock-1", 50, keep_lock=False),
+                 dao.move_locked(1, "lock-1", 50, keep_lock=True),
+                 dao.select_by_key("q|json", "k"), dao.exists_key("q|json", "k"),
+                 dao.delete_key("q|json", "k"), dao.delete_kind("q|json"),
+                 dao.select_stats("q|json", 50)):
+        conn.execute(stmt)
+    statements = sent(conn)
+    assert statements[:7] == [
+        "DELETE FROM dq WHERE dq.id = :id AND dq.lock_uuid = :lock",
+        "UPDATE dq SET scheduled_at=:scheduled_at, lock_uuid=:lock_uuid "
+        "WHERE dq.id = :id_1 AND dq.lock_uuid = :lock_uuid_1",
+        "UPDATE dq SET scheduled_at=:scheduled_at WHERE dq.id = :id_1 "
+        "AND dq.lock_uuid = :lock_uuid_1",
+        "SELECT dq.id, dq.pkind, dq.pkey, dq.payload, dq.scheduled_at, "
+        "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries FROM dq "
+        "WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
+        "SELECT :param_1 AS anon_1 FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
+        "DELETE FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
+        "DELETE FROM dq WHERE dq.pkind = :pkind_1",
+    ]
+    assert statements[7].startswith("SELECT coalesce(sum(CASE WHEN (dq.scheduled_at <= ")
+    assert_tsql(statements)
+
+
+def test_keys_ending_in_a_space_are_refused_before_anything_is_sent(dao):
+    conn = RecordingConnection(DIALECT)
+    with pytest.raises(InvalidArgumentError, match="trailing spaces"):
+        dao.offer(conn, "q|json", [OfferRow("ok", b"p", 1, True), OfferRow("key ", b"p", 1, True)],
+                  0)
+    for build in (dao.select_by_key, dao.exists_key, dao.delete_key):
+        with pytest.raises(InvalidArgumentError, match="'key '"):
+            build("q|json", "key ")
+    assert conn.executed == []
+
+
+def test_the_parser_rejects_broken_tsql():
+    # the sqlglot checks above would prove nothing if the grammar accepted anything
+    with pytest.raises(sqlglot.errors.ParseError):
+        parses("UPDATE picked SET lock_uuid = OUTPUT inserted.id", "tsql")
+
+
+# ---- error classification, with errors built the way pyodbc builds them ----------------------
+# pyodbc raises <class>(sqlstate, "[sqlstate] [driver][SQL Server]text (native) (function)")
+
+def pyodbc_error(cls_name: str, sqlstate: str, text: str, native: int) -> sa.exc.DBAPIError:
+    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs unixODBC (libodbc2)")
+    message = (f"[{sqlstate}] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]{text} "
+               f"({native}) (SQLExecDirectW)")
+    orig = getattr(pyodbc, cls_name)(sqlstate, message)
+    return sa.exc.DBAPIError.instance("stmt", None, orig, pyodbc.Error)
+
+
+@pytest.mark.parametrize(("cls_name", "sqlstate", "text", "native", "kind"), [
+    ("IntegrityError", "23000", "Violation of UNIQUE KEY constraint 'uq'. Cannot insert "
+     "duplicate key in object 'dbo.dq'. The duplicate key value is (q|json, 5).", 2627,
+     ErrorKind.DUPLICATE_KEY),
+    ("IntegrityError", "23000", "Cannot insert duplicate key row in object 'dbo.dq' with "
+     "unique index 'dq_kind_key_uq'. The duplicate key value is (7).", 2601,
+     ErrorKind.DUPLICATE_KEY),
+    ("Error", "40001", "Transaction (Process ID 55) was deadlocked on lock resources with "
+     "another process and has been chosen as the deadlock victim. Rerun the transaction.",
+     1205, ErrorKind.TRANSIENT),
+    ("Error", "HY000", "Lock request time out period exceeded.", 1222, ErrorKind.TRANSIENT),
+    ("ProgrammingError", "42S02", "Invalid object name 'dq'.", 208, ErrorKind.MISSING_TABLE),
+    ("ProgrammingError", "42000", "Incorrect syntax near 'x'.", 102, ErrorKind.OTHER),
+])
+def test_classify(cls_name, sqlstate, text, native, kind):
+    assert MSSQLQueueDao.classify(pyodbc_error(cls_name, sqlstate, text, native)) is kind
+
+
+def test_classify_ignores_numbers_inside_the_message_text():
+    # "(2627)" in a key value is not the error number; the number before the function name is
+    err = pyodbc_error("ProgrammingError", "42000", "Something about key (2627).", 102)
+    assert MSSQLQueueDao.classify(err) is ErrorKind.OTHER
