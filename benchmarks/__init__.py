@@ -1,0 +1,6 @@
+"""sqldelay's benchmark suite: our figures beside reference runs measured in the same run.
+
+Run ``python -m benchmarks --url URL`` from a source checkout (or ``sqldelay bench``).
+Every figure of ours stands next to a ceiling or peer figure taken on the same machine in the
+same run, because absolute numbers on a shared development machine say little; see README.md.
+"""

@@ -1,0 +1,166 @@
+"""What every scenario shares: the run's settings, its figures, threads started together.
+
+A scenario is a function ``scenario(bench)`` that measures and calls ``bench.add(...)``; it owns
+its queue names (one per scenario, in the run's own table ``bench_<pid>``) so runs beside other
+people's tests on the same server never meet their data.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from sqldelay import DelayedQueue, Message, create_schema, drop_schema
+
+# the no-op job every subject moves: ours, the C clients and the peers carry the same bytes
+PAYLOAD = {"job": "noop"}
+OURS = "sqldelay"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each scenario does; ``tiny`` only proves the code runs."""
+
+    messages: int = 20_000  # batched offer / drain
+    single_messages: int = 4_000  # single offer, single poll+ack
+    steady_seconds: float = 10.0
+    steady_rate: int = 1_000  # messages/s the producers aim for (the db-queue design's target)
+    backlogs: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
+    probe_polls: int = 300
+    consumer_counts: tuple[int, ...] = (1, 2, 4, 8, 16)
+    per_count_messages: int = 2_000
+    churn_cycles: int = 1_500  # batches of ``batch`` messages through offer/poll/ack per preset
+    churn_standing: int = 10_000  # future messages that stay in the table during churn
+    peer_jobs: int = 20_000
+
+
+SIZES = {
+    "default": Sizes(),
+    "tiny": Sizes(messages=200, single_messages=40, steady_seconds=0.5, steady_rate=200,
+                  backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
+                  per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=50),
+}
+
+
+@dataclass
+class Figure:
+    scenario: str
+    subject: str  # OURS, or the reference it is compared with ("pgbench", "pgqueuer", ...)
+    metric: str  # what and in which unit: "messages/s", "p95 lag ms", "ms/poll"
+    value: float | None
+    params: dict = field(default_factory=dict)
+    series: list = field(default_factory=list)  # [[x, y], ...] behind a plot
+    note: str = ""  # why a reference is missing, or what limits a figure
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+class Bench:
+    """One run against one database URL."""
+
+    def __init__(self, url: str, *, sizes: Sizes, consumers: int = 4, producers: int = 4,
+                 batch: int = 100, peers_url: str | None = None) -> None:
+        self.url = url
+        self.sizes = sizes
+        self.consumers = consumers
+        self.producers = producers
+        self.batch = batch
+        self.peers_url = peers_url
+        self.figures: list[Figure] = []
+        self.table = f"bench_{os.getpid()}"
+        pool = max(sizes.consumer_counts + (consumers, producers)) * 2 + 4
+        kwargs = {} if url.startswith("sqlite") else {"pool_size": pool, "max_overflow": pool}
+        self.engine = sa.create_engine(url, **kwargs)
+        self.dialect = self.engine.dialect.name
+        self._tables: list[str] = []
+
+    def close(self) -> None:
+        for name in self._tables:
+            drop_schema(self.engine, table_name=name)
+        self.engine.dispose()
+
+    def table_for(self, suffix: str = "", *, tuning: str | None = None) -> str:
+        """A queue table of this run (created once, dropped by ``close``)."""
+        name = f"{self.table}{suffix}"
+        if name not in self._tables:
+            drop_schema(self.engine, table_name=name)
+            create_schema(self.engine, table_name=name, tuning=tuning)
+            self._tables.append(name)
+        return name
+
+    def queue(self, name: str, *, table: str | None = None, **kwargs) -> DelayedQueue:
+        """An empty queue ``name`` in this run's table."""
+        q = DelayedQueue(self.engine, name, table_name=table or self.table_for(), **kwargs)
+        q.clear()
+        return q
+
+    def add(self, scenario: str, subject: str, metric: str, value: float | None,
+            **extra) -> Figure:
+        fig = Figure(scenario, subject, metric, value, **extra)
+        self.figures.append(fig)
+        return fig
+
+
+def fill(queue: DelayedQueue, count: int, *, start: int = 0, prefix: str = "m",
+         at: datetime | None = None, chunk: int = 5_000) -> None:
+    """Offer ``count`` messages due at ``at`` (a second ago by default), in large batches."""
+    at = at or datetime.now(UTC) - timedelta(seconds=1)
+    for lo in range(start, start + count, chunk):
+        hi = min(lo + chunk, start + count)
+        queue.offer_many([Message(f"{prefix}{i}", PAYLOAD, at) for i in range(lo, hi)])
+
+
+def run_threads(count: int, work: Callable[[int], None]) -> float:
+    """Run ``work(i)`` on ``count`` threads released together; seconds until the last ends.
+
+    The first exception of any thread is raised here once all have stopped.
+    """
+    errors: list[BaseException] = []
+    ready = threading.Barrier(count + 1)
+
+    def body(i: int) -> None:
+        ready.wait()
+        try:
+            work(i)
+        except BaseException as exc:  # reported to the caller below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    began = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def drain(queue: DelayedQueue, batch: int) -> Callable[[int], None]:
+    """A consumer body: claim ``batch`` at a time and ack until nothing is due."""
+
+    def work(_: int) -> None:
+        if batch == 1:
+            while (env := queue.poll()) is not None:
+                queue.ack(env)
+        else:
+            while got := queue.poll_many(batch):
+                queue.ack_many(got)
+
+    return work
+
+
+def percentile(sorted_values: list[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    last = len(sorted_values) - 1
+    return sorted_values[min(last, round(p / 100 * last))]

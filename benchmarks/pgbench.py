@@ -1,0 +1,129 @@
+"""The PostgreSQL ceiling: pgbench (a C client) running the statements our dialect emits.
+
+The statements are compiled from the PostgreSQL QueueDao's own builders; each bound parameter
+becomes a pgbench variable, set with ``-D`` (constants of the run) or ``\\set`` (a random lock
+id per transaction). pgbench can keep only one result row in variables, so two statements are
+wrapped without changing what the database does:
+
+- the claim is our statement verbatim inside ``WITH c AS (...) SELECT array_agg(id)``, which
+  hands the claimed ids to the next command in one row;
+- the batched ack is our DELETE with its expanding ``IN (...)`` list written as ``= ANY(ids)``
+  (one array parameter instead of one parameter per id: the same index lookups).
+
+The offer's three array parameters are built in the statement from ``generate_series``, as
+pgbench has no array variables; everything else is our INSERT … SELECT FROM unnest verbatim.
+Each pgbench transaction runs in autocommit, like ours: one commit per claim and per ack.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from sqldelay.dialects.postgresql import PostgresQueueDao
+from sqldelay.schema import queue_table
+
+from .harness import PAYLOAD, Bench
+
+_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+def executable() -> str | None:
+    found = shutil.which("pgbench") or max(glob.glob("/usr/lib/postgresql/*/bin/pgbench"),
+                                           default=None)
+    return found
+
+
+def compile_sql(stmt, constants: dict[str, str]) -> str:
+    """Our statement as PostgreSQL text, each bound parameter written as a pgbench ``:name``.
+
+    Parameters SQLAlchemy made from Python values (``deliveries + 1``) keep their value: it is
+    added to ``constants`` for ``-D``; a None becomes NULL, as pgbench has no null variables.
+    """
+    compiled = stmt.compile(dialect=pg.psycopg.dialect())
+
+    def variable(m: re.Match) -> str:
+        name = m.group(1)
+        bind = compiled.binds.get(name)
+        if bind is not None and not bind.required:
+            if bind.value is None:
+                return "NULL"
+            constants[name] = str(bind.value)
+        return ":" + name
+
+    return _PARAM.sub(variable, str(compiled)).replace("%%", "%")
+
+
+def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
+    """pgbench scripts for offer (``batch`` rows) and claim+ack of ``batch`` messages, and the
+    constants their statements carry."""
+    dao = PostgresQueueDao(queue_table(sa.MetaData(), table))
+    constants: dict[str, str] = {}
+    offer = compile_sql(dao._upsert, constants)
+    arrays = {
+        "keys": f"(SELECT array_agg(:base || '-' || g) FROM generate_series(1, {batch}) g)",
+        "payloads": f"(SELECT array_agg(decode('{_payload_bytes().hex()}', 'hex')) "
+                    f"FROM generate_series(1, {batch}))",
+        "ats": f"(SELECT array_agg(:b_now::bigint) FROM generate_series(1, {batch}))",
+    }
+    for name, expr in arrays.items():
+        offer = re.sub(rf":{name}(::[\w\[\]]+)?", lambda _m, e=expr: e, offer)
+    claim = (f"WITH c AS ({compile_sql(dao._claim, constants)}) "
+             "SELECT coalesce(array_agg(c.id), '{}') AS ids, coalesce(min(c.id), 0) AS id FROM c")
+    if batch == 1:
+        ack = compile_sql(dao._ack, constants)
+    else:
+        ack = compile_sql(dao._ack_many, constants)
+        ack = ack.replace("IN (__[POSTCOMPILE_ids])", "= ANY(:ids::bigint[])")
+    return {
+        "offer": "\\set base random(1, 1000000000000)\n" + _one_line(offer) + ";\n",
+        "drain": "\\set lock random(1, 2000000000)\n" + _one_line(claim) + "\n\\gset\n"
+                 + _one_line(ack) + ";\n",
+    }, constants
+
+
+def _payload_bytes() -> bytes:
+    from sqldelay.serializers import JsonSerializer, encode_payload
+
+    return encode_payload(JsonSerializer(), PAYLOAD)
+
+
+def _one_line(sql: str) -> str:
+    # pgbench ends a command at a newline only after a semicolon, but \gset must follow the
+    # query's last line: keep every command on one line
+    return " ".join(sql.split())
+
+
+def run(bench: Bench, kind: str, *, queue, batch: int, clients: int, transactions: int,
+        now_ms: int) -> float:
+    """Seconds pgbench took for ``transactions`` runs of script ``kind`` ("offer" or "drain") on
+    ``queue``, connections excluded."""
+    texts, constants = scripts(queue.dao.table.name, batch)
+    variables = {**constants, "b_kind": queue.pkind, "b_now": now_ms, "limit": batch,
+                 "until": now_ms + 300_000}
+    url = sa.make_url(bench.url)
+    per_client = max(1, transactions // clients)
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write(texts[kind])
+    try:
+        cmd = [executable(), "-n", "-M", "prepared", "-c", str(clients),
+               "-j", str(min(clients, os.cpu_count() or 1)), "-t", str(per_client), "-f", f.name,
+               "-h", url.host or "127.0.0.1", "-p", str(url.port or 5432),
+               "-U", url.username or "postgres", url.database or "postgres"]
+        for k, v in variables.items():
+            cmd += ["-D", f"{k}={v}"]
+        env = dict(os.environ, PGPASSWORD=url.password or "")
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    finally:
+        os.unlink(f.name)
+    m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", done.stdout)
+    if done.returncode != 0 or not m:
+        raise RuntimeError(f"pgbench failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return per_client * clients / float(m.group(1))

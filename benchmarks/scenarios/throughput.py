@@ -1,0 +1,66 @@
+"""Messages per second of each queue operation, ours beside the C-client ceiling.
+
+offer: single offers from ``producers`` threads; offer_many: batches of ``batch``;
+poll_ack: single poll + ack from ``consumers`` threads over a due backlog;
+poll_many_ack_many: the same in claims of ``batch``. Every commit is durable (the database's
+default), one transaction per call, exactly as a user's code would call the queue.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqldelay import Message
+
+from .. import references
+from ..harness import OURS, PAYLOAD, Bench, drain, fill, run_threads
+
+RATE = "messages/s"
+
+
+def offer(bench: Bench) -> None:
+    _offer(bench, "offer", batch=1, messages=bench.sizes.single_messages)
+
+
+def offer_many(bench: Bench) -> None:
+    _offer(bench, "offer_many", batch=bench.batch, messages=bench.sizes.messages)
+
+
+def poll_ack(bench: Bench) -> None:
+    _drain(bench, "poll_ack", batch=1, messages=bench.sizes.single_messages)
+
+
+def poll_many_ack_many(bench: Bench) -> None:
+    _drain(bench, "poll_many_ack_many", batch=bench.batch, messages=bench.sizes.messages)
+
+
+def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
+    queue = bench.queue(scenario)
+    clients = bench.producers
+    batches = messages // batch
+    now = datetime.now(UTC)
+
+    def work(i: int) -> None:
+        for b in range(i, batches, clients):
+            if batch == 1:
+                queue.offer(f"k{b}", PAYLOAD, now)
+            else:
+                queue.offer_many([Message(f"k{b}-{j}", PAYLOAD, now) for j in range(batch)])
+
+    elapsed = run_threads(clients, work)
+    done = batches * batch
+    bench.add(scenario, OURS, RATE, done / elapsed,
+              params={"batch": batch, "clients": clients, "messages": done})
+    queue.clear()
+    references.offer(bench, scenario, batch=batch, clients=clients, messages=done)
+
+
+def _drain(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
+    queue = bench.queue(scenario)
+    clients = bench.consumers
+    fill(queue, messages)
+    elapsed = run_threads(clients, drain(queue, batch))
+    left = queue.stats().due
+    bench.add(scenario, OURS, RATE, (messages - left) / elapsed,
+              params={"batch": batch, "clients": clients, "messages": messages})
+    references.drain(bench, scenario, batch=batch, clients=clients, messages=messages)
