@@ -1,0 +1,53 @@
+"""The Alembic migration and create_schema must build the same tables on every backend."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from sqldelay import create_schema, drop_schema
+
+from ..conftest import unique_name
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def alembic(url: str, table: str, *args: str) -> None:
+    env = {**os.environ, "SQLDELAY_URL": url}
+    subprocess.run([sys.executable, "-m", "alembic", "-x", f"table={table}", *args],
+                   cwd=ROOT, env=env, check=True, capture_output=True)
+
+
+def shape(engine: sa.Engine, prefix: str) -> dict:
+    """Every table named ``prefix…`` with its columns and indexes, the prefix taken out."""
+    inspector = sa.inspect(engine)
+    tables = {}
+    for name in inspector.get_table_names():
+        if not name.startswith(prefix) or name.endswith("_alembic"):
+            continue
+        columns = [(c["name"], str(c["type"]), c["nullable"])
+                   for c in inspector.get_columns(name)]
+        indexes = sorted((ix["name"].replace(prefix, "", 1), tuple(ix["column_names"]),
+                          bool(ix["unique"])) for ix in inspector.get_indexes(name))
+        tables[name.replace(prefix, "", 1)] = (columns, indexes)
+    return tables
+
+
+def test_migration_builds_what_create_schema_builds(backend_url, engine):
+    by_code, by_migration = unique_name("sqdc"), unique_name("sqdm")
+    create_schema(engine, table_name=by_code)
+    try:
+        alembic(backend_url, by_migration, "upgrade", "head")
+        expected = shape(engine, by_code)
+        assert "" in expected  # the queue table itself
+        assert shape(engine, by_migration) == expected
+        alembic(backend_url, by_migration, "downgrade", "base")
+        assert shape(engine, by_migration) == {}
+    finally:
+        drop_schema(engine, table_name=by_code)
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {by_migration}_alembic"))
