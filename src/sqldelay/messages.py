@@ -80,3 +80,9 @@ class Envelope:
     def release(self, *, delay: timedelta | None = None,
                 connection: sa.Connection | None = None) -> bool:
         return self.queue.release(self, delay=delay, connection=connection)
+
+    def extend(self, by: timedelta | None = None, *,
+               connection: sa.Connection | None = None) -> bool:
+        """Renew the lock for ``by`` (default: the queue's acquire_timeout) from now, so a long
+        handler keeps its message; False when the lock was already lost."""
+        return self.queue.extend(self, by, connection=connection)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -85,6 +85,10 @@ class DelayedQueue:
                     results = self.dao.offer(conn, self.pkind, [rows[i] for i in part], now)
                     for i, outcome in zip(part, results, strict=True):
                         outcomes[i] = outcome
+            if self.dao.notifications and any(
+                    row.at_ms <= now and outcome is not OfferOutcome.IGNORED
+                    for row, outcome in zip(rows, outcomes, strict=True)):
+                self.dao.notify_due(conn, self.pkind)  # future messages wake nobody
             return outcomes
 
         if not rows:
@@ -214,6 +218,16 @@ class DelayedQueue:
         return self.executor.run(
             lambda conn: conn.execute(self.dao.delete_kind(self.pkind)).rowcount,
             write=True, connection=connection)
+
+    def next_due(self, *, connection: sa.Connection | None = None) -> datetime | None:
+        """When the earliest message (or expiring lock) falls due; None for an empty queue.
+
+        A worker with nothing to do sleeps until then instead of polling at a fixed rate.
+        """
+        ms = self.executor.run(
+            lambda conn: conn.execute(self.dao.select_next_due(self.pkind)).scalar(),
+            write=False, connection=connection)
+        return None if ms is None else from_ms(int(ms))
 
     def stats(self, *, connection: sa.Connection | None = None) -> QueueStats:
         now = self.now_ms()

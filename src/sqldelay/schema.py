@@ -15,6 +15,7 @@ DEFAULT_TABLE = "delayed_queue"
 KEY_LENGTH = 200
 KIND_LENGTH = 100
 LOCK_LENGTH = 36
+ERROR_LENGTH = 2000  # characters of the last error kept with a dead letter
 
 
 class QueueId(sa.BigInteger):
@@ -90,6 +91,41 @@ def _indexes(table_name: str) -> list[tuple[str, tuple[str, ...], bool]]:
     ]
 
 
+def dead_letter_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
+    """The dead letters of queue table ``table_name``: ``<table_name>_dead``.
+
+    A message moves here when its worker gives up on it; it keeps the serialized payload, the
+    partition it came from (so it can be requeued without knowing its serializer), the last
+    error and how many attempts were made.
+    """
+    _check_table_name(table_name)
+    name = f"{table_name}_dead"
+    if name in metadata.tables:
+        return metadata.tables[name]
+    table = sa.Table(name, metadata, *_dead_letter_columns())
+    for index, columns, unique in _dead_letter_indexes(name):
+        sa.Index(index, *(table.c[c] for c in columns), unique=unique)
+    return table
+
+
+def _dead_letter_columns() -> list[sa.Column]:
+    return [
+        sa.Column("id", QueueId(), sa.Identity(), primary_key=True, autoincrement=True),
+        sa.Column("pkind", QueueKey(KIND_LENGTH), nullable=False),
+        sa.Column("pkey", QueueKey(KEY_LENGTH), nullable=False),
+        sa.Column("payload", QueuePayload(), nullable=False),
+        sa.Column("scheduled_at_initially", sa.BigInteger(), nullable=False),
+        sa.Column("created_at", sa.BigInteger(), nullable=False),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("last_error", sa.String(ERROR_LENGTH), nullable=False),
+        sa.Column("failed_at", sa.BigInteger(), nullable=False),
+    ]
+
+
+def _dead_letter_indexes(name: str) -> list[tuple[str, tuple[str, ...], bool]]:
+    return [(f"{name}_kind_ix", ("pkind", "failed_at", "id"), False)]
+
+
 # storage presets for create_schema(tuning=...): "high-churn" suits a table whose rows are
 # inserted, updated and deleted all day; each dialect module says what it sets (tuning_ddl)
 TUNING_PRESETS = ("high-churn",)
@@ -109,14 +145,16 @@ def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
         table.create(conn, checkfirst=True)
         for ddl in dao_cls.tuning_ddl(table, tuning) if tuning else ():
             conn.exec_driver_sql(ddl)
+        dead_letter_table(table.metadata, table_name).create(conn, checkfirst=True)
     dao_cls.after_create_schema(engine)
     return table
 
 
 def drop_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> None:
-    """Drop the queue table and everything in it."""
+    """Drop the queue table, its dead letters and everything in them."""
     table = queue_table(sa.MetaData(), table_name)
     with engine.begin() as conn:
+        dead_letter_table(table.metadata, table_name).drop(conn, checkfirst=True)
         table.drop(conn, checkfirst=True)
 
 
@@ -126,6 +164,20 @@ def create_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
     op.create_table(table_name, *_columns())
     for name, columns, unique in _indexes(table_name):
         op.create_index(name, table_name, list(columns), unique=unique)
+
+
+def create_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
+    """Create the dead-letter table of queue table ``table_name`` from an Alembic migration."""
+    _check_table_name(table_name)
+    name = f"{table_name}_dead"
+    op.create_table(name, *_dead_letter_columns())
+    for index, columns, unique in _dead_letter_indexes(name):
+        op.create_index(index, name, list(columns), unique=unique)
+
+
+def drop_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
+    """The downgrade of ``create_dead_letter_table_op``."""
+    op.drop_table(f"{table_name}_dead")
 
 
 def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:

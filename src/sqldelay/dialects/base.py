@@ -10,12 +10,14 @@ A dialect subclass overrides only what its database forces, and says why in a co
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import sqlalchemy as sa
 
+from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 
 
@@ -54,6 +56,9 @@ class QueueDao:
     in_list_max: ClassVar[int] = 1000
     # claim reads with FOR UPDATE SKIP LOCKED (False where the write lock is database-wide)
     skip_locked: ClassVar[bool] = True
+    # the database can wake workers in other processes when a due message is offered
+    # (notify_due / listen); without it workers find new messages by polling
+    notifications: ClassVar[bool] = False
 
     def __init__(self, table: sa.Table) -> None:
         self.table = t = table
@@ -91,6 +96,19 @@ class QueueDao:
     @classmethod
     def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
         return ErrorKind.OTHER
+
+    # ---- wake-ups (only where ``notifications`` is True) -----------------------------------
+
+    def notify_due(self, conn: sa.Connection, pkind: str) -> None:
+        """Inside an offer's transaction that wrote a message due now: wake the listeners of
+        ``pkind`` when it commits."""
+        raise UnsupportedDialectError(f"{self.name} has no notifications")
+
+    def listen(self, engine: sa.Engine, pkind: str, on_wake: Callable[[], None],
+               stop: threading.Event) -> None:
+        """Block until ``stop`` is set, calling ``on_wake`` once listening has begun and then
+        for each wake-up of ``pkind``; raises when the connection is lost."""
+        raise UnsupportedDialectError(f"{self.name} has no notifications")
 
     # ---- offer ---------------------------------------------------------------------------
 
@@ -206,6 +224,11 @@ class QueueDao:
     def delete_kind(self, pkind: str) -> sa.Delete:
         t = self.table
         return sa.delete(t).where(t.c.pkind == pkind)
+
+    def select_next_due(self, pkind: str) -> sa.Select:
+        """The earliest due time (or lock expiry) of a queue: one step down its due index."""
+        t = self.table
+        return sa.select(sa.func.min(t.c.scheduled_at)).where(t.c.pkind == pkind)
 
     def select_stats(self, pkind: str, now_ms: int) -> sa.Select:
         t = self.table

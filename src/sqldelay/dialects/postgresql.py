@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
+from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
 
@@ -89,6 +91,38 @@ class PostgresQueueDao(QueueDao):
         name = pg.dialect().identifier_preparer.format_table(table)
         return [f"ALTER TABLE {name} SET ("
                 + ", ".join(f"{k} = {v}" for k, v in PG_CHURN.items()) + ")"]
+
+    # ---- wake-ups: LISTEN/NOTIFY on one channel per queue table, the payload is the pkind ----
+    notifications = True
+
+    @property
+    def channel(self) -> str:
+        return f"sqldelay_{self.table.name}"
+
+    def notify_due(self, conn: sa.Connection, pkind: str) -> None:
+        # delivered at commit, and folded into one when a transaction repeats it
+        conn.execute(sa.select(sa.func.pg_notify(self.channel, pkind)))
+
+    def listen(self, engine: sa.Engine, pkind: str, on_wake: Callable[[], None],
+               stop: threading.Event) -> None:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            driver = conn.connection.driver_connection
+            if not hasattr(driver, "notifies"):
+                raise UnsupportedDialectError(
+                    "wake-ups on PostgreSQL need the psycopg (3) driver: postgresql+psycopg://")
+            conn.exec_driver_sql(f'LISTEN "{self.channel}"')
+            try:
+                on_wake()  # whatever was offered before we listened
+                while not stop.is_set():
+                    # a burst of notifications is one wake-up: on_wake only sets an event
+                    for note in driver.notifies(timeout=0.5):
+                        if note.payload == pkind:
+                            on_wake()
+                        if stop.is_set():
+                            break
+            finally:
+                if not conn.invalidated:
+                    conn.invalidate()  # never hand a listening connection back to the pool
 
     @classmethod
     def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:

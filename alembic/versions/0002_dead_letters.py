@@ -1,0 +1,22 @@
+"""The dead-letter table beside the queue table.
+
+Revision ID: 0002
+Revises: 0001
+"""
+
+from alembic import context, op
+
+from sqldelay.schema import create_dead_letter_table_op, drop_dead_letter_table_op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    create_dead_letter_table_op(op, context.config.attributes["table_name"])
+
+
+def downgrade() -> None:
+    drop_dead_letter_table_op(op, context.config.attributes["table_name"])

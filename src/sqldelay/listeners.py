@@ -1,0 +1,88 @@
+"""Lifecycle listeners: hooks a Worker calls as messages move through it, for metrics, tracing
+and logs.
+
+Subclass ``WorkerListener`` and override what you need; every method is a no-op by default.
+A listener that raises is logged and otherwise ignored: observing a worker never breaks it.
+Methods are called from the worker's threads, several at once when ``concurrency > 1``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+
+from .messages import Envelope
+
+log = logging.getLogger("sqldelay.worker")
+
+
+class WorkerListener:
+    def picked(self, envelopes: Sequence[Envelope]) -> None:
+        """A batch was claimed."""
+
+    def started(self, envelope: Envelope) -> None:
+        """The handler is about to run."""
+
+    def succeeded(self, envelope: Envelope, elapsed: timedelta) -> None:
+        """The handler returned; the message will be (or, in transactional mode, was) acked."""
+
+    def failed(self, envelope: Envelope, error: BaseException, retry_in: timedelta) -> None:
+        """The handler raised; the message comes back after ``retry_in``."""
+
+    def dead_lettered(self, envelope: Envelope, error: BaseException) -> None:
+        """The handler raised on the last allowed attempt; the message is now a dead letter."""
+
+    def idle(self) -> None:
+        """The worker found nothing due and is going to sleep."""
+
+    def crashed(self, error: BaseException, retrying: bool) -> None:
+        """The worker's own work failed: with ``retrying`` the database is unreachable and the
+        worker backs off and tries again (it logs that itself); otherwise the worker stops and
+        ``run()`` raises ``error``."""
+
+
+class LoggingListener(WorkerListener):
+    """Logs each event on the ``sqldelay.worker`` logger: failures at WARNING, dead letters
+    and crashes at ERROR, the rest at DEBUG."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.log = logger or log
+
+    def picked(self, envelopes: Sequence[Envelope]) -> None:
+        self.log.debug("picked %d message(s)", len(envelopes))
+
+    def started(self, envelope: Envelope) -> None:
+        self.log.debug("started %s (attempt %d)", envelope.key, envelope.attempt)
+
+    def succeeded(self, envelope: Envelope, elapsed: timedelta) -> None:
+        self.log.debug("succeeded %s in %.3fs", envelope.key, elapsed.total_seconds())
+
+    def failed(self, envelope: Envelope, error: BaseException, retry_in: timedelta) -> None:
+        self.log.warning("failed %s (attempt %d): %s: %s; retrying in %s", envelope.key,
+                         envelope.attempt, type(error).__name__, error, retry_in)
+
+    def dead_lettered(self, envelope: Envelope, error: BaseException) -> None:
+        self.log.error("dead-lettered %s after %d attempt(s): %s: %s", envelope.key,
+                       envelope.attempt, type(error).__name__, error)
+
+    def idle(self) -> None:
+        self.log.debug("idle")
+
+    def crashed(self, error: BaseException, retrying: bool) -> None:
+        if not retrying:
+            self.log.error("worker crashed: %s: %s", type(error).__name__, error)
+
+
+class Listeners:
+    """Calls every listener in turn, and keeps one that raises from reaching the worker."""
+
+    def __init__(self, listeners: Sequence[WorkerListener]) -> None:
+        self._listeners = tuple(listeners)
+
+    def emit(self, event: str, *args) -> None:
+        for listener in self._listeners:
+            try:
+                getattr(listener, event)(*args)
+            except Exception:
+                log.exception("listener %r failed on %s", listener, event)
