@@ -16,6 +16,8 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, FakeClock, create_schema, drop_schema
 
+from .containers import CONTAINER_BACKENDS, container_url
+
 PG_URL = os.environ.get("SQLDELAY_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("SQLDELAY_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -26,7 +28,7 @@ SERVER_URLS = {
     "mysql": MYSQL_URL,
     "mariadb": MYSQL_URL.replace("mysql+", "mariadb+", 1),
 }
-BACKENDS = ["sqlite", *SERVER_URLS]
+BACKENDS = ["sqlite", *SERVER_URLS, *CONTAINER_BACKENDS]  # containers: see containers.py
 # SQLDELAY_TEST_BACKENDS=sqlite,postgresql narrows a run (tox runs one backend per env)
 if os.environ.get("SQLDELAY_TEST_BACKENDS"):
     BACKENDS = [b for b in BACKENDS if b in os.environ["SQLDELAY_TEST_BACKENDS"].split(",")]
@@ -56,6 +58,8 @@ def backend_url(request, tmp_path_factory) -> str:
     name = request.param
     if name == "sqlite":
         return f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'queue.db'}"
+    if name in CONTAINER_BACKENDS:
+        return container_url(name, request)  # skips, saying why, where Docker is missing
     url = SERVER_URLS[name]
     problem = _reachable(url)
     if problem:
