@@ -146,3 +146,10 @@ def spark_retrying(spark_sessions):
 @pytest.fixture
 def queue_name() -> str:
     return unique("sq")
+
+
+def pytest_configure(config):
+    # pyspark 4.x warns on every Arrow UDF that it is not yet tested with pandas 3; our code
+    # does not use pandas, and the tests pass on both
+    config.addinivalue_line(
+        "filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning")
