@@ -20,6 +20,9 @@ import sqlalchemy as sa
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 
+# "!" has no meaning in any supported database's string literals (a backslash has in MySQL's)
+LIKE_ESCAPE = "!"
+
 
 class ErrorKind(enum.Enum):
     DUPLICATE_KEY = "duplicate_key"
@@ -56,6 +59,8 @@ class QueueDao:
     in_list_max: ClassVar[int] = 1000
     # claim reads with FOR UPDATE SKIP LOCKED (False where the write lock is database-wide)
     skip_locked: ClassVar[bool] = True
+    # characters LIKE treats as wildcards besides the escape character (SQL Server adds "[")
+    like_specials: ClassVar[str] = "%_"
     # the database can wake workers in other processes when a due message is offered
     # (notify_due / listen); without it workers find new messages by polling
     notifications: ClassVar[bool] = False
@@ -229,6 +234,37 @@ class QueueDao:
         """The earliest due time (or lock expiry) of a queue: one step down its due index."""
         t = self.table
         return sa.select(sa.func.min(t.c.scheduled_at)).where(t.c.pkind == pkind)
+
+    # ---- key prefixes (cron schedules live under "{prefix}/...") ---------------------------
+
+    def key_prefix_match(self, prefix: str) -> sa.ColumnElement[bool]:
+        """``pkey`` starts with ``prefix`` taken literally: LIKE metacharacters are escaped."""
+        special = set(self.like_specials) | {LIKE_ESCAPE}
+        escaped = "".join(LIKE_ESCAPE + c if c in special else c for c in prefix)
+        return self.table.c.pkey.like(escaped + "%", escape=LIKE_ESCAPE)
+
+    def delete_key_prefix(self, pkind: str, prefix: str, now_ms: int, *,
+                          keep_prefix: str | None = None, only_future: bool = False) -> sa.Delete:
+        """Delete the messages whose key starts with ``prefix``, except in-flight ones.
+
+        In flight means claimed and the lock not yet expired: a consumer holds it, and deleting
+        it would make its ack fail after the work was done. Keys starting with ``keep_prefix``
+        stay; with ``only_future`` so do messages already due.
+        """
+        t = self.table
+        in_flight = sa.and_(t.c.lock_uuid.is_not(None), t.c.scheduled_at > now_ms)
+        where = [t.c.pkind == pkind, self.key_prefix_match(prefix), sa.not_(in_flight)]
+        if keep_prefix is not None:
+            where.append(sa.not_(self.key_prefix_match(keep_prefix)))
+        if only_future:
+            where.append(t.c.scheduled_at > now_ms)
+        return sa.delete(t).where(*where)
+
+    def select_key_prefix(self, pkind: str, prefix: str) -> sa.Select:
+        """Keys, requested due times and lock state of the messages under ``prefix``."""
+        t = self.table
+        return (sa.select(t.c.pkey, t.c.scheduled_at_initially, t.c.scheduled_at, t.c.lock_uuid)
+                .where(t.c.pkind == pkind, self.key_prefix_match(prefix)))
 
     def select_stats(self, pkind: str, now_ms: int) -> sa.Select:
         t = self.table
