@@ -1,6 +1,7 @@
 """sqldelay: a durable delayed message queue on any SQLAlchemy 2.x engine."""
 
 from .clock import Clock, FakeClock, SystemClock
+from .cron import CronHandle, CronMessage, CronService, InstalledSchedule
 from .dead_letters import DeadLetter, DeadLetters
 from .errors import (
     InvalidArgumentError,
@@ -25,4 +26,5 @@ __all__ = [
     "QueueStats", "QueuedMessage", "SchemaMissingError", "Serializer", "SqlDelayError",
     "StrSerializer", "SystemClock", "UnsupportedDialectError", "create_schema",
     "create_table_op", "drop_schema", "drop_table_op", "queue_table",
+    "CronHandle", "CronMessage", "CronService", "InstalledSchedule",
 ]

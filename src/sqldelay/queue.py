@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
+from .cron import CronService
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .errors import InvalidArgumentError
 from .executor import Executor
@@ -228,6 +229,10 @@ class DelayedQueue:
             lambda conn: conn.execute(self.dao.select_next_due(self.pkind)).scalar(),
             write=False, connection=connection)
         return None if ms is None else from_ms(int(ms))
+
+    def cron(self, *, refresh: timedelta = timedelta(minutes=1)) -> CronService:
+        """Recurring messages of this queue: ``q.cron().install_cron("nightly", "0 2 * * *")``."""
+        return CronService(self, refresh=refresh)
 
     def stats(self, *, connection: sa.Connection | None = None) -> QueueStats:
         now = self.now_ms()
