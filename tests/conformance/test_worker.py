@@ -1,0 +1,367 @@
+"""The Worker on every backend: retry schedules, dead letters, transactional mode, lock
+extension, idle sleeping and wake-ups, listeners."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from sqldelay import (
+    DeadLetters,
+    InvalidArgumentError,
+    Message,
+    ProcessingMode,
+    RetryPolicy,
+    SystemClock,
+    Worker,
+    WorkerListener,
+)
+
+S = timedelta(seconds=1)
+MS = timedelta(milliseconds=1)
+
+
+def wait_for(condition, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+class Recorder(WorkerListener):
+    def __init__(self):
+        self.events = []
+        self.lock = threading.Lock()
+
+    def _add(self, *event):
+        with self.lock:
+            self.events.append(event)
+
+    def picked(self, envelopes):
+        self._add("picked", len(envelopes))
+
+    def started(self, envelope):
+        self._add("started", envelope.key, envelope.attempt)
+
+    def succeeded(self, envelope, elapsed):
+        self._add("succeeded", envelope.key)
+
+    def failed(self, envelope, error, retry_in):
+        self._add("failed", envelope.key, str(error), retry_in)
+
+    def dead_lettered(self, envelope, error):
+        self._add("dead_lettered", envelope.key, str(error))
+
+    def idle(self):
+        self._add("idle")
+
+
+def in_thread(target):
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("mode", list(ProcessingMode))
+def test_retry_schedule_is_exact_then_dead_letter_then_requeue(make_queue, clock, mode):
+    q = make_queue()
+    q.offer("k", {"n": 1})
+    calls = []
+
+    def handler(envelope, *conn):
+        calls.append((clock.now(), envelope.attempt))
+        raise RuntimeError(f"attempt {envelope.attempt} failed")
+
+    policy = RetryPolicy.exponential(S, 2, max_delay=3 * S, max_attempts=4)
+    worker = Worker(q, handler, retry=policy, mode=mode, listeners=[])
+    start = clock.now()
+    assert worker.drain() == (1 if mode is ProcessingMode.AT_LEAST_ONCE else 0)
+    for wait in (S, 2 * S, 3 * S):  # 1 s, 2 s, then the 3 s cap
+        clock.advance(wait - MS)
+        worker.drain()
+        assert len(calls) == len(set(calls)) and calls[-1][0] < clock.now()  # not yet due
+        clock.advance(MS)
+        worker.drain()
+    assert calls == [(start, 1), (start + S, 2), (start + 3 * S, 3), (start + 6 * S, 4)]
+    assert q.get("k") is None
+
+    letters = DeadLetters.of(q)
+    [dead] = letters.list(q.name)
+    assert (dead.key, dead.attempts, dead.queue) == ("k", 4, q.name)
+    assert dead.last_error.startswith("RuntimeError: attempt 4 failed")
+    assert q.serializer.decode(dead.payload) == {"n": 1}
+    assert dead.failed_at == clock.now()
+
+    assert letters.requeue([dead.id]) == 1
+    assert letters.list(q.name) == []
+    back = q.poll()
+    assert (back.key, back.payload, back.attempt) == ("k", {"n": 1}, 1)
+
+
+def test_max_attempts_three_calls_the_handler_three_times(make_queue, clock):
+    q = make_queue()
+    q.offer_many([Message(f"k{i}", i) for i in range(5)])
+    calls = []
+
+    def handler(envelope):
+        calls.append(envelope.key)
+        raise ValueError("no")
+
+    worker = Worker(q, handler, concurrency=3, batch_size=2, listeners=[],
+                    retry=RetryPolicy.fixed(timedelta(0), max_attempts=3))
+    worker.drain()
+    assert sorted(calls) == sorted([f"k{i}" for i in range(5)] * 3)
+    assert DeadLetters.of(q).count(q.name) == 5
+    assert q.stats().due == 0
+
+
+def test_dead_letters_drop_and_filter_by_queue(make_queue, clock):
+    a, b = make_queue(), make_queue()
+    for q in (a, b):
+        q.offer("x", 1)
+        Worker(q, lambda e: 1 / 0, retry=RetryPolicy.fixed(S, max_attempts=1),
+               listeners=[]).drain()
+    letters = DeadLetters.of(a)
+    [da] = letters.list(a.name)
+    [db] = letters.list(b.name)
+    assert "ZeroDivisionError" in da.last_error
+    assert letters.drop([da.id]) == 1
+    assert letters.list(a.name) == [] and letters.count(b.name) == 1
+    assert letters.requeue(letters.ids(b.name)) == 1
+    assert b.contains("x") and not a.contains("x")
+    with pytest.raises(InvalidArgumentError):
+        letters.drop(db.id)
+
+
+def test_dead_letter_move_is_skipped_when_the_lock_was_lost(make_queue, clock):
+    q = make_queue()
+    q.offer("k", 1)
+    env = q.poll()
+    q.offer("k", 2)  # an update voids the lock
+    assert DeadLetters.of(q).bury(env, "boom") is False
+    assert DeadLetters.of(q).count(q.name) == 0
+    assert q.get("k").payload == 2
+
+
+@pytest.fixture
+def side_table(engine, table_name):
+    table = sa.Table(f"{table_name}_side", sa.MetaData(),
+                     sa.Column("k", sa.String(50), primary_key=True))
+    table.create(engine, checkfirst=True)
+    with engine.begin() as conn:
+        conn.execute(table.delete())
+    yield table
+    table.drop(engine)
+
+
+def test_transactional_mode_leaves_no_trace_when_the_handler_fails(make_queue, clock,
+                                                                   engine, side_table):
+    q = make_queue()
+    q.offer_many([Message("good", 1), Message("bad", 2)])
+
+    def handler(envelope, conn):
+        conn.execute(side_table.insert().values(k=envelope.key))
+        if envelope.key == "bad":
+            raise RuntimeError("undo me")
+
+    worker = Worker(q, handler, mode=ProcessingMode.TRANSACTIONAL, batch_size=10,
+                    retry=RetryPolicy.fixed(10 * S), listeners=[])
+    worker.drain()
+    with engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(side_table.c.k)).scalars()) == ["good"]
+    assert q.get("good") is None
+    bad = q.get("bad")
+    assert bad.deliveries == 1 and not bad.in_flight
+    assert q.stats().scheduled == 1  # rescheduled 10 s on, not due
+
+    clock.advance(10 * S)
+    Worker(q, lambda e, c: c.execute(side_table.insert().values(k="bad-again")),
+           mode=ProcessingMode.TRANSACTIONAL, listeners=[]).drain()
+    with engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(side_table.c.k)).scalars()) == ["bad-again", "good"]
+    assert q.stats().due == 0 and q.get("bad") is None
+
+
+def test_a_transaction_that_dies_mid_batch_undoes_claim_and_work(make_queue, clock, engine,
+                                                                 side_table):
+    """A handler that breaks out of the worker (not an Exception) rolls everything back."""
+    q = make_queue()
+    q.offer("k", 1)
+
+    class Fatal(BaseException):
+        pass
+
+    def handler(envelope, conn):
+        conn.execute(side_table.insert().values(k="k"))
+        raise Fatal()
+
+    with pytest.raises(Fatal):
+        Worker(q, handler, mode=ProcessingMode.TRANSACTIONAL, listeners=[]).drain()
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(side_table)).scalar() == 0
+    message = q.get("k")
+    assert message.deliveries == 0 and not message.in_flight
+
+
+def test_envelope_extend_prevents_redelivery(make_queue, clock):
+    q = make_queue(acquire_timeout=timedelta(minutes=5))
+    other = make_queue(q.name)
+    q.offer("long", 1)
+    extended, release = threading.Event(), threading.Event()
+    calls = []
+
+    def handler(envelope):
+        calls.append(envelope.attempt)
+        assert envelope.extend(timedelta(minutes=30))
+        extended.set()
+        release.wait(30)
+
+    worker = Worker(q, handler, listeners=[])
+    thread = in_thread(worker.drain)
+    assert extended.wait(20)
+    clock.advance(timedelta(minutes=10))  # the first lock would have expired
+    assert other.poll() is None
+    release.set()
+    thread.join(20)
+    assert calls == [1] and q.get("long") is None
+
+
+def test_heartbeat_renews_the_lock_of_a_running_handler(make_queue, clock):
+    q = make_queue(acquire_timeout=30 * S)
+    other = make_queue(q.name)
+    q.offer("long", 1)
+    running, release = [], threading.Event()
+
+    def handler(envelope):
+        running.append(envelope)
+        release.wait(30)
+
+    worker = Worker(q, handler, heartbeat=timedelta(milliseconds=20), listeners=[])
+    thread = in_thread(worker.drain)
+    wait_for(lambda: running, what="the handler")
+    for _ in range(3):  # 60 s in all: twice the acquire timeout
+        clock.advance(20 * S)
+        target = clock.now() + 25 * S
+        wait_for(lambda t=target: running[0].locked_until >= t, what="a heartbeat")
+        assert other.poll() is None
+    release.set()
+    thread.join(20)
+    assert q.get("long") is None
+
+
+def test_a_raising_handler_never_kills_the_worker_and_listeners_see_it_all(make_queue, clock):
+    q = make_queue()
+    q.offer_many([Message("ok", 1), Message("bad", 2)])
+    recorder = Recorder()
+
+    class Broken(WorkerListener):
+        def started(self, envelope):
+            raise RuntimeError("a broken listener is ignored")
+
+    def handler(envelope):
+        if envelope.key == "bad":
+            raise KeyError("missing")
+
+    worker = Worker(q, handler, batch_size=2, listeners=[Broken(), recorder],
+                    retry=RetryPolicy.fixed(S, max_attempts=2))
+    worker.drain()
+    clock.advance(S)
+    worker.drain()
+    events = recorder.events
+    assert ("picked", 2) in events and ("succeeded", "ok") in events
+    assert ("failed", "bad", "'missing'", S) in events
+    assert ("dead_lettered", "bad", "'missing'") in events
+    assert sorted(e for e in events if e[0] == "started") == [
+        ("started", "bad", 1), ("started", "bad", 2), ("started", "ok", 1)]
+    assert ("idle",) not in events  # drain() returns instead of idling
+
+
+def test_idle_worker_sleeps_until_the_next_due_time_not_the_idle_poll(make_queue):
+    q = make_queue(clock=SystemClock())
+    got = threading.Event()
+    q.offer("soon", 1, q.clock.now() + timedelta(milliseconds=300))
+    worker = Worker(q, lambda e: got.set(), idle_poll=timedelta(minutes=5), wake_ups=False,
+                    listeners=[])
+    thread = in_thread(worker.run)
+    try:
+        assert got.wait(20), "a worker with a 5-minute idle poll missed a message due in 300 ms"
+    finally:
+        worker.stop()
+        thread.join(20)
+    assert not thread.is_alive() and q.get("soon") is None
+
+
+def test_stop_releases_claimed_but_unstarted_messages(make_queue):
+    q = make_queue(clock=SystemClock())
+    q.offer_many([Message(f"k{i}", i) for i in range(6)])
+    started, release = threading.Event(), threading.Event()
+
+    def handler(envelope):
+        started.set()
+        release.wait(30)
+
+    worker = Worker(q, handler, concurrency=1, batch_size=6, listeners=[])
+    thread = in_thread(worker.run)
+    assert started.wait(20)
+    stopper = in_thread(worker.stop)
+    stopper.join()
+    wait_for(lambda: q.stats().in_flight == 1, what="the release of unstarted messages")
+    release.set()
+    thread.join(20)
+    stats = q.stats()
+    assert (stats.due, stats.in_flight) == (5, 0)
+
+
+def test_wake_up_on_offer_reaches_a_sleeping_worker(make_queue, engine, table_name):
+    q = make_queue(clock=SystemClock())
+    if not q.dao.notifications:
+        pytest.skip(f"{engine.dialect.name} has no notifications (polling only)")
+    got = threading.Event()
+    worker = Worker(q, lambda e: got.set(), idle_poll=timedelta(minutes=5), listeners=[])
+    thread = in_thread(worker.run)
+    try:
+        channel = f'LISTEN "sqldelay_{table_name}"'
+
+        def listening():
+            with engine.connect() as conn:  # a fresh transaction: a fresh statistics snapshot
+                return conn.execute(
+                    sa.text("SELECT count(*) FROM pg_stat_activity WHERE query = :q"),
+                    {"q": channel}).scalar() > 0
+
+        wait_for(listening, what="the worker to listen")
+        q.offer("now", 1)
+        assert got.wait(20), "a NOTIFY did not wake a worker sleeping for 5 minutes"
+    finally:
+        worker.stop()
+        thread.join(20)
+
+
+def test_only_offers_due_now_notify(make_queue, engine, table_name):
+    q = make_queue(clock=SystemClock())
+    if not q.dao.notifications:
+        pytest.skip(f"{engine.dialect.name} has no notifications (polling only)")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f'LISTEN "sqldelay_{table_name}"')
+        driver = conn.connection.driver_connection
+        q.offer("later", 1, q.clock.now() + timedelta(hours=1))
+        q.offer_many([Message(f"now{i}", i) for i in range(5)])  # one transaction, one notify
+        q.offer("now0", 0, update=False)  # ignored: nothing new to do
+        notes = [n.payload for n in driver.notifies(timeout=0.5)]
+    assert notes == [q.pkind]
+
+
+def test_bad_worker_arguments_are_rejected(make_queue):
+    q = make_queue()
+    for kwargs in ({"concurrency": 0}, {"batch_size": -1}, {"idle_poll": timedelta(0)},
+                   {"retry": 3}, {"heartbeat": timedelta(hours=1)},
+                   {"heartbeat": S, "mode": ProcessingMode.TRANSACTIONAL},
+                   {"listeners": [object()]}):
+        with pytest.raises(InvalidArgumentError):
+            Worker(q, print, **kwargs)
+    with pytest.raises(InvalidArgumentError):
+        Worker(q, "not callable")
