@@ -14,6 +14,8 @@ a message keyed ``{prefix}/{config hash}/{UTC time}``:
 Ticks are only ever installed strictly after the installer's clock reads now, so a tick that
 was delivered and acked is not installed again; processes whose clocks disagree by more than
 the time between a tick and its ack could install it twice: keep clocks in sync (NTP).
+Processes installing *different* configurations of one prefix (a rolling deploy) replace each
+other's future ticks at every install, the last one winning until the old ones stop.
 """
 
 from __future__ import annotations
@@ -265,7 +267,8 @@ class CronService:
 
     def list(self, prefix: str | None = None) -> list[InstalledSchedule]:
         """The configurations stored in the queue (by any process), by prefix, with their
-        next due times. Messages whose keys are not tick keys are not shown."""
+        next due times. Without ``prefix`` it reads every key of the queue; messages whose
+        keys are not tick keys are not shown."""
         if prefix is not None:
             check_prefix(prefix)
         q = self.queue
