@@ -1,0 +1,123 @@
+"""`sqldelay worker` in real processes: SIGTERM drains and releases; several processes share a
+large queue and handle each message exactly once.
+
+The handlers below run inside those processes (``tests.conformance.test_worker_processes:…``);
+each writes one line per event to a file of its own, named after its process id.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sqldelay import Message, SystemClock
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDLERS = "tests.conformance.test_worker_processes"
+_out_lock = threading.Lock()
+_out = None
+
+
+def _write(line: str) -> None:
+    global _out
+    with _out_lock:
+        if _out is None:
+            _out = open(f"{os.environ['SQLDELAY_TEST_OUT']}.{os.getpid()}", "a", buffering=1)
+        _out.write(line + "\n")
+
+
+def record(envelope) -> None:
+    _write(envelope.key)
+
+
+def slow(envelope) -> None:
+    _write(f"start {envelope.key}")
+    time.sleep(0.5)  # a handler at work when SIGTERM arrives
+    _write(f"done {envelope.key}")
+
+
+def lines(out: Path) -> list[str]:
+    return [line for path in out.parent.glob(f"{out.name}.*")
+            for line in path.read_text().splitlines()]
+
+
+def worker_process(url: str, table: str, queue: str, handler: str, out: Path,
+                   *extra: str) -> subprocess.Popen:
+    script = Path(sys.executable).with_name("sqldelay")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "sqldelay.cli"]
+    return subprocess.Popen(
+        [*command, "worker", f"{HANDLERS}:{handler}", "--url", url, "--table", table,
+         "--queue", queue, *extra],
+        cwd=ROOT, env={**os.environ, "SQLDELAY_TEST_OUT": str(out)})
+
+
+def wait_for(condition, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_sigterm_finishes_running_handlers_and_releases_the_rest(make_queue, backend_url,
+                                                                  table_name, tmp_path):
+    q = make_queue(clock=SystemClock())
+    keys = [f"k{i}" for i in range(10)]
+    q.offer_many([Message(k, i) for i, k in enumerate(keys)])
+    out = tmp_path / "out"
+    proc = worker_process(backend_url, table_name, q.name, "slow", out,
+                          "--concurrency", "2", "--batch-size", "10", "--grace", "30")
+    try:
+        wait_for(lambda: sum(x.startswith("start") for x in lines(out)) >= 2,
+                 what="two handlers to start")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    started = {x.split()[1] for x in lines(out) if x.startswith("start")}
+    done = {x.split()[1] for x in lines(out) if x.startswith("done")}
+    assert started == done and 2 <= len(done) < len(keys)
+    for key in keys:
+        message = q.get(key)
+        if key in done:
+            assert message is None, f"{key} was handled but not acked"
+        else:  # released at once: due now, not locked for the 5-minute acquire timeout
+            assert message is not None and not message.in_flight, key
+    assert q.stats().due == len(keys) - len(done)
+
+
+def test_worker_processes_handle_each_of_20000_messages_exactly_once(make_queue, engine,
+                                                                     backend_url, table_name,
+                                                                     tmp_path):
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer at a time; shared-queue processes run on servers")
+    if engine.dialect.name == "mysql" and engine.dialect.is_mariadb:
+        pytest.skip("a MariaDB server: the mariadb backend runs this against it already")
+    q = make_queue(clock=SystemClock())
+    keys = [f"m{i}" for i in range(20_000)]
+    q.offer_many([Message(k, i) for i, k in enumerate(keys)])
+    out = tmp_path / "out"
+    procs = [worker_process(backend_url, table_name, q.name, "record", out, "--drain",
+                            "--concurrency", "2", "--batch-size", "200")
+             for _ in range(3)]
+    try:
+        assert [p.wait(120) for p in procs] == [0, 0, 0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    counts = collections.Counter(lines(out))
+    assert set(counts) == set(keys), f"{len(set(keys) - set(counts))} messages never handled"
+    assert [k for k, n in counts.items() if n > 1] == []
+    stats = q.stats()
+    assert (stats.due, stats.scheduled, stats.in_flight) == (0, 0, 0)
+    assert len(list(out.parent.glob(f"{out.name}.*"))) >= 2, "only one process did any work"
