@@ -37,14 +37,14 @@ class Sizes:
     per_count_messages: int = 2_000
     churn_cycles: int = 1_500  # batches of ``batch`` messages through offer/poll/ack per preset
     churn_standing: int = 10_000  # future messages that stay in the table during churn
-    peer_jobs: int = 20_000
+    peer_jobs: int = 10_000
 
 
 SIZES = {
     "default": Sizes(),
     "tiny": Sizes(messages=200, single_messages=40, steady_seconds=0.5, steady_rate=200,
                   backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
-                  per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=50),
+                  per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=200),
 }
 
 

@@ -65,8 +65,9 @@ def write_json(path: Path, run: dict, figures: list[Figure]) -> None:
     path.write_text(json.dumps(payload, indent=1, default=str))
 
 
-def plots(out: Path, label: str, figures: list[Figure]) -> list[Path]:
-    """One PNG of the throughput bars, one per scenario with a series (x, y) behind it."""
+def plots(out: Path, prefix: str, label: str, figures: list[Figure]) -> list[Path]:
+    """One PNG of the throughput bars, one per scenario with a series (x, y) behind it, each
+    named ``<prefix>-<what>.png``."""
     try:
         import matplotlib
     except ImportError:
@@ -92,7 +93,7 @@ def plots(out: Path, label: str, figures: list[Figure]) -> list[Path]:
         ax.set_ylabel("messages/s (log)")
         ax.set_title(f"throughput, {label}")
         ax.legend(fontsize=8)
-        written.append(_save(fig, out / "throughput.png"))
+        written.append(_save(fig, out / f"{prefix}-throughput.png"))
     series: dict[str, list[Figure]] = defaultdict(list)
     for f in figures:
         if f.series:
@@ -110,7 +111,7 @@ def plots(out: Path, label: str, figures: list[Figure]) -> list[Path]:
         ax.set_ylim(bottom=0)
         ax.set_title(f"{scenario}, {label}")
         ax.legend(fontsize=8)
-        written.append(_save(fig, out / f"{scenario}.png"))
+        written.append(_save(fig, out / f"{prefix}-{scenario}.png"))
     return written
 
 

@@ -16,9 +16,8 @@ from .harness import SIZES, Bench
 from .scenarios import SCENARIOS
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="python -m benchmarks",
-                                               description=__doc__)
+def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--url", default=None,
                         help="SQLAlchemy URL of the database to measure (default: an embedded "
                              "SQLite file bench.db in the --out directory)")
@@ -38,8 +37,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m benchmarks") -> int:
+    return run(build_parser(prog).parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 "seconds_per_scenario": timings}
     json_path = args.out / f"results-{bench.dialect}.json"
     report.write_json(json_path, run_info, bench.figures)
-    pngs = report.plots(args.out, label, bench.figures)
+    pngs = report.plots(args.out, bench.dialect, label, bench.figures)
     print(report.table(bench.figures))
     print(f"\nwrote {json_path}" + "".join(f", {p}" for p in pngs))
     return 0

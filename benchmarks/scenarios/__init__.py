@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from . import throughput
+from . import churn, peers, scaling, steady, throughput, worker
 
 SCENARIOS = {
     "offer": throughput.offer,
     "offer_many": throughput.offer_many,
     "poll_ack": throughput.poll_ack,
     "poll_many_ack_many": throughput.poll_many_ack_many,
+    "steady": steady.steady,
+    "scaling_backlog": scaling.backlog,
+    "scaling_consumers": scaling.consumers,
+    "churn": churn.churn,
+    "peers": peers.peers,
+    "worker_drain": worker.worker_drain,
+    "worker_wakeup": worker.worker_wakeup,
 }

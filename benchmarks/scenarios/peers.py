@@ -1,0 +1,153 @@
+"""Peers on the same PostgreSQL server: pgqueuer and procrastinate move the same N no-op jobs.
+
+Both enqueue in batches of ``batch`` from ``producers`` concurrent connections (their batch
+APIs: pgqueuer's list ``enqueue``, procrastinate's ``batch_defer_async``) and then drain with
+``consumers`` workers: pgqueuer's QueueManager in drain mode with ``batch_size=batch``,
+procrastinate's worker with ``wait=False`` (stop when empty), ``concurrency=batch``, no
+LISTEN/NOTIFY polling delay and successful jobs deleted. Ours does the same with offer_many
+and poll_many + ack_many from as many threads. The peers install their schemas in their own
+database (``bench_peers`` on the same server, dropped and made anew each run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from sqldelay import Message
+
+from ..harness import OURS, PAYLOAD, Bench, drain, run_threads
+
+ENQUEUE, PROCESS = "peers_enqueue", "peers_process"
+RATE = "jobs/s"
+PEERS_DB = "bench_peers"
+
+
+def peers(bench: Bench) -> None:
+    n = bench.sizes.peer_jobs // bench.batch * bench.batch
+    _ours(bench, n)
+    if bench.dialect != "postgresql":
+        return
+    conninfo = _peers_database(bench)
+    for name, run in (("pgqueuer", _pgqueuer), ("procrastinate", _procrastinate)):
+        params = {"jobs": n, "batch": bench.batch, "producers": bench.producers,
+                  "consumers": bench.consumers}
+        if importlib.util.find_spec(name) is None:
+            for scenario in (ENQUEUE, PROCESS):
+                bench.add(scenario, name, RATE, None, params=params,
+                          note="not installed: pip install -e '.[bench-peers]'")
+            continue
+        enqueue_s, process_s, processed = asyncio.run(run(bench, conninfo, n))
+        bench.add(ENQUEUE, name, RATE, n / enqueue_s, params=params)
+        bench.add(PROCESS, name, RATE, processed / process_s,
+                  params={**params, "processed": processed})
+
+
+def _ours(bench: Bench, n: int) -> None:
+    queue = bench.queue("peers")
+    batches = n // bench.batch
+    now = datetime.now(UTC)
+
+    def produce(i: int) -> None:
+        for b in range(i, batches, bench.producers):
+            queue.offer_many([Message(f"j{b}-{j}", PAYLOAD, now) for j in range(bench.batch)])
+
+    params = {"jobs": n, "batch": bench.batch, "producers": bench.producers,
+              "consumers": bench.consumers}
+    bench.add(ENQUEUE, OURS, RATE, n / run_threads(bench.producers, produce), params=params)
+    elapsed = run_threads(bench.consumers, drain(queue, bench.batch))
+    bench.add(PROCESS, OURS, RATE, (n - queue.stats().due) / elapsed, params=params)
+
+
+def _peers_database(bench: Bench) -> str:
+    """A fresh database for the peers' schemas on our server; its libpq connection string."""
+    url = sa.make_url(bench.peers_url) if bench.peers_url else \
+        bench.engine.url.set(database=PEERS_DB)
+    if not bench.peers_url:
+        with bench.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {PEERS_DB}")
+            conn.exec_driver_sql(f"CREATE DATABASE {PEERS_DB}")
+    parts = {"host": url.host or "127.0.0.1", "port": url.port or 5432,
+             "user": url.username or "postgres", "dbname": url.database,
+             "password": url.password}
+    return " ".join(f"{k}={v}" for k, v in parts.items() if v)
+
+
+async def _pgqueuer(bench: Bench, conninfo: str, n: int) -> tuple[float, float, int]:
+    import psycopg
+    from pgqueuer import Queries, QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    async def connect():
+        return await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+
+    setup = await connect()
+    await Queries.from_psycopg_connection(setup).install()
+    payload = b'{"job":"noop"}'
+    batches = n // bench.batch
+
+    async def produce(i: int) -> None:
+        conn = await connect()
+        queries = Queries.from_psycopg_connection(conn)
+        for _ in range(i, batches, bench.producers):
+            await queries.enqueue(["noop"] * bench.batch, [payload] * bench.batch,
+                                  [0] * bench.batch)
+        await conn.close()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(produce(i) for i in range(bench.producers)))
+    enqueue_s = time.perf_counter() - began
+
+    done = [0]
+
+    async def consume() -> None:
+        conn = await connect()
+        qm = QueueManager(Queries.from_psycopg_connection(conn))
+
+        @qm.entrypoint("noop")
+        async def noop(job) -> None:
+            done[0] += 1
+
+        await qm.run(batch_size=bench.batch, mode=QueueExecutionMode.drain)
+        await conn.close()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(consume() for _ in range(bench.consumers)))
+    process_s = time.perf_counter() - began
+    await Queries.from_psycopg_connection(setup).uninstall()
+    await setup.close()
+    return enqueue_s, process_s, done[0]
+
+
+async def _procrastinate(bench: Bench, conninfo: str, n: int) -> tuple[float, float, int]:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
+        conninfo=conninfo, min_size=1, max_size=bench.producers + bench.consumers + 2))
+    done = [0]
+
+    @app.task(name="noop")
+    async def noop() -> None:
+        done[0] += 1
+
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        batches = n // bench.batch
+
+        async def produce(i: int) -> None:
+            for _ in range(i, batches, bench.producers):
+                await noop.batch_defer_async(*([{}] * bench.batch))
+
+        began = time.perf_counter()
+        await asyncio.gather(*(produce(i) for i in range(bench.producers)))
+        enqueue_s = time.perf_counter() - began
+        began = time.perf_counter()
+        await asyncio.gather(*(app.run_worker_async(
+            concurrency=bench.batch, wait=False, listen_notify=False, delete_jobs="successful",
+            install_signal_handlers=False) for _ in range(bench.consumers)))
+        process_s = time.perf_counter() - began
+    return enqueue_s, process_s, done[0]

@@ -1,0 +1,58 @@
+"""How poll cost grows with the backlog, and how throughput grows with consumers.
+
+backlog: the queue is topped up to each size in ``backlogs`` (due messages), then one consumer
+claims and acks ``probe_polls`` single messages; the figure is the mean time of one poll. A flat
+line from 1e3 to 1e6 is the claim reading the due index, not the table; the plan is recorded.
+consumers: ``per_count_messages`` single poll+ack for each consumer count.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from ..harness import OURS, Bench, drain, fill, run_threads
+from ..plans import claim_plan
+
+
+def backlog(bench: Bench) -> None:
+    queue = bench.queue("scaling_backlog")
+    points, plans = [], {}
+    filled = 0
+    for size in bench.sizes.backlogs:
+        missing = size - queue.stats().due
+        fill(queue, missing, start=filled)
+        filled += missing
+        costs = []
+        for _ in range(bench.sizes.probe_polls):
+            began = time.perf_counter()
+            env = queue.poll()
+            costs.append(time.perf_counter() - began)
+            queue.ack(env)
+        plan, uses_index = claim_plan(queue, 1)
+        plans[size] = {"uses_index": uses_index, "plan": plan}
+        points.append([size, statistics.mean(costs) * 1000])
+    first, last = points[0][1], points[-1][1]
+    params = {"probe_polls": bench.sizes.probe_polls, "axes": ("due backlog", "ms per poll"),
+              "log_x": True, "plans": plans,
+              "uses_index_at_every_size": all(p["uses_index"] for p in plans.values())}
+    bench.add("scaling_backlog", OURS, "ms/poll at largest backlog", last, params=params,
+              series=points)
+    bench.add("scaling_backlog", OURS, "cost largest/smallest backlog", last / first,
+              params={"smallest": points[0][0], "largest": points[-1][0],
+                      "uses_index_at_every_size": params["uses_index_at_every_size"]})
+    queue.clear()
+
+
+def consumers(bench: Bench) -> None:
+    queue = bench.queue("scaling_consumers")
+    n = bench.sizes.per_count_messages
+    points = []
+    for count in bench.sizes.consumer_counts:
+        fill(queue, n, prefix=f"c{count}-")
+        elapsed = run_threads(count, drain(queue, 1))
+        points.append([count, n / elapsed])
+    bench.add("scaling_consumers", OURS, "messages/s, most consumers", points[-1][1],
+              params={"messages_per_count": n, "batch": 1,
+                      "axes": ("consumer threads", "messages/s (poll + ack)")},
+              series=points)

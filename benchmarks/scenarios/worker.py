@@ -1,0 +1,89 @@
+"""The Worker: drain rate of N no-op jobs, and how soon an idle worker starts a new message.
+
+worker_drain: ``Worker(queue, noop, concurrency=consumers, batch_size=batch).drain()`` over
+``peer_jobs`` due messages; the peers' processing figures of the same run (scenario
+"peers_process", when it ran) are repeated beside it for the ratio.
+worker_wakeup: a worker idles (``idle_poll`` 30 s) while a producer offers one message due now,
+``probes`` times; the figure is offer-to-handler-start. On PostgreSQL the offer's NOTIFY wakes
+the worker; elsewhere the worker has no wake-up and waits for its idle poll, so the idle poll is
+set to 0.25 s there and the figure shows that bound.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+from sqldelay.listeners import WorkerListener
+from sqldelay.worker import Worker
+
+from ..harness import OURS, PAYLOAD, Bench, fill, percentile
+from .peers import PROCESS, RATE
+
+PROBES = 20
+
+
+def worker_drain(bench: Bench) -> None:
+    queue = bench.queue("worker_drain")
+    n = bench.sizes.peer_jobs
+    fill(queue, n)
+    worker = Worker(queue, lambda env: None, concurrency=bench.consumers,
+                    batch_size=bench.batch, listeners=[WorkerListener()])
+    began = time.perf_counter()
+    handled = worker.drain()
+    elapsed = time.perf_counter() - began
+    params = {"jobs": n, "handled": handled, "concurrency": bench.consumers,
+              "batch": bench.batch}
+    bench.add("worker_drain", OURS, RATE, handled / elapsed, params=params)
+    for fig in [f for f in bench.figures if f.scenario == PROCESS and f.subject != OURS]:
+        bench.figures.append(replace(fig, scenario="worker_drain",
+                                     note="the same figure as in peers_process"))
+
+
+def worker_wakeup(bench: Bench) -> None:
+    queue = bench.queue("worker_wakeup")
+    notify = bool(getattr(queue.dao, "notifications", False))
+    idle = timedelta(seconds=30 if notify else 0.25)
+    started: dict[str, float] = {}
+    arrived = threading.Condition()
+
+    def handler(env) -> None:
+        with arrived:
+            started[env.key] = time.perf_counter()
+            arrived.notify_all()
+
+    worker = Worker(queue, handler, concurrency=1, batch_size=1, idle_poll=idle,
+                    listeners=[WorkerListener()])
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    latencies = []
+    try:
+        fill(queue, 1, prefix="warm")  # the worker is listening once it has handled this
+        _wait_for(arrived, started, "warm0")
+        for i in range(min(PROBES, bench.sizes.probe_polls)):
+            time.sleep(0.05)  # let the worker go idle again: this is what is measured
+            offered = time.perf_counter()
+            queue.offer(f"w{i}", PAYLOAD)
+            _wait_for(arrived, started, f"w{i}")
+            latencies.append((started[f"w{i}"] - offered) * 1000)
+    finally:
+        worker.stop()
+        thread.join()
+    latencies.sort()
+    params = {"probes": len(latencies), "notify": notify,
+              "idle_poll_s": idle.total_seconds()}
+    for p in (50, 95):
+        bench.add("worker_wakeup", OURS, f"p{p} offer-to-start ms", percentile(latencies, p),
+                  params=params)
+
+
+def _wait_for(cond: threading.Condition, started: dict, key: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    with cond:
+        while key not in started:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"the worker did not start {key} within {timeout}s")
+            cond.wait(left)

@@ -1,0 +1,59 @@
+"""Every benchmark scenario runs, tiny, on every backend: the suite cannot rot unnoticed.
+
+Nothing here is timed: speed is measured by ``python -m benchmarks``, not asserted in tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from benchmarks import pgbench
+from benchmarks.runner import main
+from benchmarks.scenarios import SCENARIOS
+from sqldelay import create_schema
+from sqldelay.errors import InvalidArgumentError
+
+
+def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, tmp_path, capsys):
+    assert main(["--url", backend_url, "--size", "tiny", "--out", str(tmp_path)]) == 0
+
+    dialect = sa.make_url(backend_url).get_dialect().name
+    result = json.loads((tmp_path / f"results-{dialect}.json").read_text())
+    figures = result["figures"]
+    ours = {f["scenario"] for f in figures if f["subject"] == "sqldelay"}
+    assert ours >= set(SCENARIOS) - {"peers", "worker_drain", "worker_wakeup"}
+    assert {"peers_enqueue", "peers_process", "worker_drain", "worker_wakeup"} <= ours
+    assert all(f["value"] is not None for f in figures if f["subject"] == "sqldelay")
+    assert result["environment"]["cores"] and result["load_before"]["loadavg"]
+    assert "offer_many" in capsys.readouterr().out  # the printed table
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / f"{dialect}-throughput.png").stat().st_size > 0
+    plan = next(f for f in figures if f["metric"] == "cost largest/smallest backlog")
+    if dialect in ("sqlite", "postgresql", "mysql", "mariadb"):
+        assert plan["params"]["uses_index_at_every_size"] is True
+    if dialect == "postgresql" and pgbench.executable():
+        ceilings = [f for f in figures if f["subject"] == "pgbench"]
+        assert {f["scenario"] for f in ceilings} == {
+            "offer", "offer_many", "poll_ack", "poll_many_ack_many"}
+        # the C client moved every message it was given: the compiled statements work
+        assert all(f["value"] and f["params"]["messages"] > 0 for f in ceilings)
+        assert any(r["reference"] == "pgbench" for r in result["ratios"])
+
+
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--scenario", "nope", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="at least 1"):
+        main(["--batch", "0", "--out", str(tmp_path)])
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_unknown_tuning_preset_is_refused_before_the_table_is_made(engine):
+    name = f"bench_bad_tuning_{engine.dialect.name}"
+    with pytest.raises(InvalidArgumentError, match="high-churn"):
+        create_schema(engine, table_name=name, tuning="fast")
+    assert not sa.inspect(engine).has_table(name)
