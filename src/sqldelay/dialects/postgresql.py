@@ -115,11 +115,15 @@ class PostgresQueueDao(QueueDao):
                 on_wake()  # whatever was offered before we listened
                 while not stop.is_set():
                     # a burst of notifications is one wake-up: on_wake only sets an event
-                    for note in driver.notifies(timeout=0.5):
-                        if note.payload == pkind:
-                            on_wake()
-                        if stop.is_set():
-                            break
+                    try:
+                        for note in driver.notifies(timeout=0.5):
+                            if note.payload == pkind:
+                                on_wake()
+                            if stop.is_set():
+                                break
+                    except conn.dialect.loaded_dbapi.Error as exc:
+                        # the driver's own error, outside SQLAlchemy: say it as SQLAlchemy would
+                        raise sa.exc.OperationalError("LISTEN", None, exc) from exc
             finally:
                 if not conn.invalidated:
                     conn.invalidate()  # never hand a listening connection back to the pool

@@ -1,0 +1,196 @@
+"""A database restart in the middle of a run loses nothing: the worker backs off, reconnects
+and carries on.
+
+The shared test servers must never be restarted, so each test starts a private PostgreSQL
+(initdb + pg_ctl, as the ``postgres`` OS user when run as root) or MariaDB
+(mariadb-install-db + mariadbd) in a temporary directory on a free port, and restarts that.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from sqldelay import DelayedQueue, Message, Worker, WorkerListener, create_schema
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _missing(what: str):
+    if IN_CI:
+        pytest.fail(f"{what}; CI=true requires the restart tests", pytrace=False)
+    pytest.skip(what)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_connectable(url: str, timeout: float = 30.0) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("SELECT 1")
+                return
+            except sa.exc.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    finally:
+        engine.dispose()
+
+
+class PrivatePostgres:
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+        if not found:
+            _missing("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
+        self.bin = os.path.dirname(found[-1])
+        self.dir = tempfile.mkdtemp(prefix="sqldelay-pg-")
+        self.as_postgres = os.geteuid() == 0
+        if self.as_postgres:
+            shutil.chown(self.dir, "postgres")
+        self.port = _free_port()
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self._run("initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U", "postgres",
+                  "--no-sync")
+        self.start()
+
+    def _run(self, tool: str, *args: str) -> None:
+        command = [f"{self.bin}/{tool}", *args]
+        if self.as_postgres:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True)
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", f"{self.dir}/data", "-w", "-l", f"{self.dir}/log", "-o",
+                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off",
+                  "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", f"{self.dir}/data", "-w", "-m", mode, "stop")
+
+    def destroy(self) -> None:
+        try:
+            self.stop("immediate")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PrivateMariaDB:
+    def __init__(self) -> None:
+        install, server = shutil.which("mariadb-install-db"), shutil.which("mariadbd")
+        if not install or not server:
+            _missing("mariadb-install-db / mariadbd are not installed")
+        self.server = server
+        self.dir = tempfile.mkdtemp(prefix="sqldelay-maria-")
+        self.port = _free_port()
+        self.url = f"mariadb+pymysql://root@127.0.0.1:{self.port}/test"
+        self.user = ["--user=root"] if os.geteuid() == 0 else []
+        subprocess.run([install, "--no-defaults", f"--datadir={self.dir}/data", *self.user,
+                        "--auth-root-authentication-method=normal", "--skip-test-db",
+                        "--skip-name-resolve"], check=True, capture_output=True)
+        self.proc: subprocess.Popen | None = None
+        self.start()
+        with sa.create_engine(self.url.replace("/test", "/"), poolclass=sa.pool.NullPool) \
+                .connect() as conn:
+            conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.server, "--no-defaults", f"--datadir={self.dir}/data", *self.user,
+             f"--socket={self.dir}/sock", f"--port={self.port}", "--bind-address=127.0.0.1",
+             f"--pid-file={self.dir}/pid", f"--log-error={self.dir}/log", "--skip-log-bin",
+             "--innodb-buffer-pool-size=32M", "--skip-grant-tables=0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_connectable(self.url.replace("/test", "/"))
+
+    def stop(self) -> None:
+        self.proc.terminate()  # a clean shutdown, as a service manager would do it
+        self.proc.wait(60)
+
+    def destroy(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(60)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class OutageSeen(WorkerListener):
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def crashed(self, error, retrying):
+        if retrying:
+            self.event.set()
+
+
+@pytest.mark.parametrize("server_class", [PrivatePostgres, PrivateMariaDB],
+                         ids=["postgresql", "mariadb"])
+def test_a_database_restart_during_a_run_loses_nothing(server_class):
+    server = server_class()
+    engine = sa.create_engine(server.url)
+    try:
+        create_schema(engine)
+        q = DelayedQueue(engine, "restart", acquire_timeout=timedelta(seconds=3))
+        keys = [f"r{i}" for i in range(3000)]
+        q.offer_many([Message(k, i) for i, k in enumerate(keys)])
+        handled: collections.Counter[str] = collections.Counter()
+        lock, a_third = threading.Lock(), threading.Event()
+
+        def handler(envelope):
+            with lock:
+                handled[envelope.key] += 1
+                if len(handled) >= len(keys) // 3:
+                    a_third.set()
+            time.sleep(0.001)  # a little work, so the restart lands mid-run
+
+        outage = OutageSeen()
+        worker = Worker(q, handler, concurrency=4, batch_size=50,
+                        idle_poll=timedelta(milliseconds=200), listeners=[outage])
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            assert a_third.wait(60)
+            server.stop()
+            assert outage.event.wait(60), "the worker never noticed the database was gone"
+            server.start()
+
+            def finished() -> bool:
+                with lock:
+                    if set(handled) != set(keys):
+                        return False
+                stats = q.stats()
+                return (stats.due, stats.scheduled, stats.in_flight) == (0, 0, 0)
+
+            deadline = time.monotonic() + 90
+            while not finished():
+                assert thread.is_alive(), "the worker died"
+                assert time.monotonic() < deadline, \
+                    f"{len(set(keys) - set(handled))} messages not handled after the restart"
+                time.sleep(0.05)
+        finally:
+            worker.stop()
+            thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        engine.dispose()
+        server.destroy()
