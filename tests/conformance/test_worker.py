@@ -365,3 +365,28 @@ def test_bad_worker_arguments_are_rejected(make_queue):
             Worker(q, print, **kwargs)
     with pytest.raises(InvalidArgumentError):
         Worker(q, "not callable")
+
+
+def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_url, table_name,
+                                                   capsys):
+    from sqldelay.cli import main
+
+    q = make_queue()
+    q.offer_many([Message("a", 1), Message("b", 2)])
+    Worker(q, lambda e: 1 / 0, retry=RetryPolicy.fixed(S, max_attempts=1), listeners=[]).drain()
+    db = ["--url", backend_url, "--table", table_name]
+
+    assert main(["dead-letters", "list", *db, "--queue", q.name]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert sorted((r[2], r[3]) for r in rows) == [("a", "attempts=1"), ("b", "attempts=1")]
+    assert all("ZeroDivisionError" in r[-1] for r in rows)
+    id_of = {r[2]: r[0] for r in rows}
+
+    assert main(["dead-letters", "requeue", *db, id_of["a"]]) == 0
+    assert main(["dead-letters", "drop", *db, "--all", "--queue", q.name]) == 0
+    assert capsys.readouterr().out.splitlines() == ["requeued 1 dead letter(s)",
+                                                    "dropped 1 dead letter(s)"]
+    assert q.contains("a") and not q.contains("b")
+    assert DeadLetters.of(q).count(q.name) == 0
+    with pytest.raises(SystemExit, match="ids or --all"):
+        main(["dead-letters", "requeue", *db])
