@@ -20,6 +20,8 @@ import pytest
 
 from sqldelay import Message, SystemClock
 
+from .test_worker import wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 HANDLERS = "tests.conformance.test_worker_processes"
 _out_lock = threading.Lock()
@@ -57,14 +59,6 @@ def worker_process(url: str, table: str, queue: str, handler: str, out: Path,
         [*command, "worker", f"{HANDLERS}:{handler}", "--url", url, "--table", table,
          "--queue", queue, *extra],
         cwd=ROOT, env={**os.environ, "SQLDELAY_TEST_OUT": str(out)})
-
-
-def wait_for(condition, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_sigterm_finishes_running_handlers_and_releases_the_rest(make_queue, backend_url,

@@ -6,6 +6,9 @@
   is atomic per row, so a concurrent producer cannot make an outcome wrong.
 - claim: a MATERIALIZED CTE picks due ids ``FOR UPDATE SKIP LOCKED`` (materialized so the
   LIMIT runs once), the UPDATE marks them and returns the rows.
+- wake-ups: an offer that writes a message due now sends a NOTIFY at commit (one per
+  transaction whatever its size; future messages send none); a worker LISTENs on a connection
+  of its own, and a burst of notifications becomes one wake-up of one poll (the debounce).
 """
 
 from __future__ import annotations
