@@ -75,17 +75,16 @@ class DelayedQueue:
         """
         now = self.now_ms()
         rows = [self._row(i, m, now) for i, m in enumerate(messages)]
-        rounds = _rounds_of_distinct_keys(rows)
-        chunk = self.dao.offer_chunk
+        chunks = [chunk for positions in _rounds_of_distinct_keys(rows)
+                  for chunk in _chunks(positions, rows, self.dao.offer_chunk,
+                                       self.dao.offer_chunk_bytes)]
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
             outcomes: list[OfferOutcome | None] = [None] * len(rows)
-            for positions in rounds:
-                for start in range(0, len(positions), chunk):
-                    part = positions[start:start + chunk]
-                    results = self.dao.offer(conn, self.pkind, [rows[i] for i in part], now)
-                    for i, outcome in zip(part, results, strict=True):
-                        outcomes[i] = outcome
+            for part in chunks:
+                results = self.dao.offer(conn, self.pkind, [rows[i] for i in part], now)
+                for i, outcome in zip(part, results, strict=True):
+                    outcomes[i] = outcome
             if self.dao.notifications and any(
                     row.at_ms <= now and outcome is not OfferOutcome.IGNORED
                     for row, outcome in zip(rows, outcomes, strict=True)):
@@ -100,7 +99,7 @@ class DelayedQueue:
         if not isinstance(message, Message):
             raise InvalidArgumentError(
                 f"offer_many takes Message objects; item {index} is {type(message).__name__}")
-        check_key(message.key)
+        self.check_key(message.key)
         at = now if message.at is None else to_ms(message.at, "at")
         payload = encode_payload(self.serializer, message.payload)
         return OfferRow(message.key, payload, at, bool(message.update))
@@ -176,6 +175,11 @@ class DelayedQueue:
         return self.executor.run(lambda conn: conn.execute(stmt).rowcount > 0,
                                  write=True, connection=connection)
 
+    def check_key(self, key: Any) -> None:
+        """Refuse a key this queue cannot store, before the database is touched."""
+        _check_key_shape(key)
+        self.dao.check_key(key)
+
     def _check_own(self, envelope: Envelope) -> None:
         if not isinstance(envelope, Envelope):
             raise InvalidArgumentError(f"expected an Envelope, got {type(envelope).__name__}")
@@ -188,7 +192,7 @@ class DelayedQueue:
 
     def get(self, key: str, *, connection: sa.Connection | None = None) -> QueuedMessage | None:
         """Read a message without locking or changing it."""
-        check_key(key)
+        self.check_key(key)
         now = self.now_ms()
         row = self.executor.run(
             lambda conn: conn.execute(self.dao.select_by_key(self.pkind, key)).first(),
@@ -202,14 +206,14 @@ class DelayedQueue:
             deliveries=row.deliveries, in_flight=in_flight)
 
     def contains(self, key: str, *, connection: sa.Connection | None = None) -> bool:
-        check_key(key)
+        self.check_key(key)
         return self.executor.run(
             lambda conn: conn.execute(self.dao.exists_key(self.pkind, key)).first() is not None,
             write=False, connection=connection)
 
     def drop(self, key: str, *, connection: sa.Connection | None = None) -> bool:
         """Delete a message whatever its state; True if there was one."""
-        check_key(key)
+        self.check_key(key)
         return self.executor.run(
             lambda conn: conn.execute(self.dao.delete_key(self.pkind, key)).rowcount > 0,
             write=True, connection=connection)
@@ -244,7 +248,7 @@ class DelayedQueue:
                           in_flight=int(row.in_flight), oldest_due_age=oldest)
 
 
-def check_key(key: Any) -> None:
+def _check_key_shape(key: Any) -> None:
     if not isinstance(key, str):
         raise InvalidArgumentError(f"key must be a str, got {type(key).__name__}")
     if not key:
@@ -264,3 +268,22 @@ def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:
             rounds.append([])
         rounds[n].append(i)
     return rounds
+
+
+def _chunks(positions: list[int], rows: Sequence[OfferRow], max_rows: int,
+            max_bytes: int) -> list[list[int]]:
+    """Cut positions into chunks of at most ``max_rows`` rows and about ``max_bytes`` of
+    payload (a single larger payload gets a chunk of its own), so statements stay small."""
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    size = 0
+    for i in positions:
+        n = len(rows[i].payload)
+        if chunk and (len(chunk) == max_rows or size + n > max_bytes):
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(i)
+        size += n
+    if chunk:
+        chunks.append(chunk)
+    return chunks

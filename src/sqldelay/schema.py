@@ -25,8 +25,10 @@ class QueueId(sa.BigInteger):
     cache_ok = True
 
 
-class QueueKey(sa.String):
-    """A key or kind: case- and trailing-space-sensitive text, compared byte for byte."""
+class QueueKey(sa.Unicode):
+    """A key or kind: case- and trailing-space-sensitive text, compared byte for byte.
+
+    Unicode, so drivers that tell the two apart (pyodbc) bind it as national text."""
 
     __visit_name__ = "sqldelay_key"
     cache_ok = True

@@ -194,11 +194,7 @@ def test_prefixes_with_like_wildcards_touch_only_themselves(make_queue):
     cron.close()
 
 
-def test_prefixes_differing_in_case_are_distinct(make_queue, engine, request):
-    if engine.dialect.name == "sqlite":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="SQLite's LIKE folds ASCII case: the sqlite dialect needs a "
-                                "case-sensitive key_prefix_match (issue 5 report)"))
+def test_prefixes_differing_in_case_are_distinct(make_queue):
     q = make_queue()
     cron = q.cron()
     cron.install_periodic("Report", every=HOUR, payload=1, ahead=2)

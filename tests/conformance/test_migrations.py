@@ -22,8 +22,12 @@ def alembic(url: str, table: str, *args: str) -> None:
                    cwd=ROOT, env=env, check=True, capture_output=True)
 
 
-def shape(engine: sa.Engine, prefix: str) -> dict:
-    """Every table named ``prefix…`` with its columns and indexes, the prefix taken out."""
+def shape(url: str, prefix: str) -> dict:
+    """Every table named ``prefix…`` with its columns and indexes, the prefix taken out.
+
+    A fresh connection each time: SQLite's schema PRAGMAs answer from the connection's cached
+    schema, which does not see tables another process created since."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     inspector = sa.inspect(engine)
     tables = {}
     for name in inspector.get_table_names():
@@ -34,6 +38,7 @@ def shape(engine: sa.Engine, prefix: str) -> dict:
         indexes = sorted((ix["name"].replace(prefix, "", 1), tuple(ix["column_names"]),
                           bool(ix["unique"])) for ix in inspector.get_indexes(name))
         tables[name.replace(prefix, "", 1)] = (columns, indexes)
+    engine.dispose()
     return tables
 
 
@@ -42,11 +47,11 @@ def test_migration_builds_what_create_schema_builds(backend_url, engine):
     create_schema(engine, table_name=by_code)
     try:
         alembic(backend_url, by_migration, "upgrade", "head")
-        expected = shape(engine, by_code)
+        expected = shape(backend_url, by_code)
         assert "" in expected  # the queue table itself
-        assert shape(engine, by_migration) == expected
+        assert shape(backend_url, by_migration) == expected
         alembic(backend_url, by_migration, "downgrade", "base")
-        assert shape(engine, by_migration) == {}
+        assert shape(backend_url, by_migration) == {}
     finally:
         drop_schema(engine, table_name=by_code)
         with engine.begin() as conn:

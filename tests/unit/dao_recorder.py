@@ -8,6 +8,7 @@ SQL text the dialect sends (IN-lists expanded), ready to compare or to hand to s
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import sqlalchemy as sa
@@ -58,6 +59,7 @@ class RecordingConnection:
         self.executed: list[tuple[object, object]] = []
         self.cursor_calls: list[SimpleNamespace] = []
         self.cursors: list[FakeCursor] = []
+        self.savepoints: list[str] = []
         self._results = list(results)
         self._rowcount = rowcount
         self.connection = self  # conn.connection.cursor() reaches the driver cursor
@@ -71,6 +73,16 @@ class RecordingConnection:
 
     def in_transaction(self) -> bool:
         return True
+
+    @contextmanager
+    def begin_nested(self):
+        """A savepoint; how each one ended is kept in ``savepoints``."""
+        try:
+            yield
+        except Exception:
+            self.savepoints.append("rolled back")
+            raise
+        self.savepoints.append("released")
 
     def cursor(self) -> FakeCursor:
         cursor = FakeCursor(self)
@@ -87,6 +99,7 @@ def render(stmt, params, dialect: sa.Dialect) -> str:
     many = isinstance(params, list)
     if many:
         params = params[0]
+    params = params or {}  # a statement with its values built in (multi-row INSERT)
     keys = list(params) if isinstance(stmt, sa.Insert) else None
     compiled = stmt.compile(dialect=dialect, column_keys=keys, for_executemany=many)
     return " ".join(compiled.construct_expanded_state(params).statement.split())

@@ -30,8 +30,8 @@ DIALECTS = {
 KIND = "emails|json"
 ROWS = [OfferRow("new", b"{}", 1000, True), OfferRow("changed", b"[1]", 2000, True),
         OfferRow("kept", b"[2]", 3000, False)]
-CLAIMED = dict(id=7, pkey="k", payload=b"{}", scheduled_at=10, scheduled_at_initially=10,
-               created_at=5, deliveries=0)
+# id, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries
+CLAIMED = (7, "k", b"{}", 10, 10, 5, 0)
 
 
 def emitted(name: str) -> list[tuple[str, str]]:
@@ -43,7 +43,7 @@ def emitted(name: str) -> list[tuple[str, str]]:
     def record(label, op, results=()):
         conn = RecordingConnection(dialect, results)
         op(conn)
-        out.extend((f"{label} {i}", render(stmt, params or {}, dialect))
+        out.extend((f"{label} {i}", render(stmt, params, dialect))
                    for i, (stmt, params) in enumerate(conn.executed))
 
     existing = [row(pkey="changed", payload=b"[0]", scheduled_at_initially=2000),
@@ -52,8 +52,7 @@ def emitted(name: str) -> list[tuple[str, str]]:
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[], [("new", True)]])
     else:
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [existing])
-    claimed = [tuple(CLAIMED.values())] if name == "postgresql" else [row(**CLAIMED)]
-    record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [claimed])
+    record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
     for label, stmt in [

@@ -78,6 +78,8 @@ def test_offer_locks_existing_rows_then_inserts_and_updates(dao):
         "WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
     ]
     assert_oracle(statements)
+    # a failed array insert keeps the rows before the failing one: a savepoint undoes them
+    assert conn.savepoints == ["released"]
 
 
 def test_a_full_offer_chunk_stays_under_the_in_list_limit(dao):

@@ -56,6 +56,8 @@ class QueueDao:
     name: ClassVar[str] = ""
     # rows per offer statement and ids per IN-list; dialects lower them to their limits
     offer_chunk: ClassVar[int] = 1000
+    # payload bytes per offer statement: well under MySQL's smallest max_allowed_packet default
+    offer_chunk_bytes: ClassVar[int] = 4 << 20
     in_list_max: ClassVar[int] = 1000
     # claim reads with FOR UPDATE SKIP LOCKED (False where the write lock is database-wide)
     skip_locked: ClassVar[bool] = True
@@ -115,6 +117,10 @@ class QueueDao:
         for each wake-up of ``pkind``; raises when the connection is lost."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
+    @classmethod
+    def check_key(cls, key: str) -> None:
+        """Refuse a key this database cannot store or tell apart from another (before any I/O)."""
+
     # ---- offer ---------------------------------------------------------------------------
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
@@ -136,7 +142,7 @@ class QueueDao:
                        and existing[r.key] != (r.payload, r.at_ms)]
             if new:
                 try:
-                    conn.execute(sa.insert(self.table), self.row_params(pkind, new, now_ms))
+                    self.insert_new(conn, pkind, new, now_ms)
                 except sa.exc.IntegrityError as exc:
                     if self.classify(exc) is ErrorKind.DUPLICATE_KEY:
                         continue
@@ -148,6 +154,13 @@ class QueueDao:
             return [OfferOutcome.CREATED if r.key in created
                     else OfferOutcome.UPDATED if r.key in updated
                     else OfferOutcome.IGNORED for r in rows]
+
+    def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+                   now_ms: int) -> None:
+        """Insert rows all or nothing: one multi-row statement, which a duplicate key undoes
+        whole. (Driver executemany can run row by row, or split a large batch, and leave the
+        rows before a failure, which the retry round would then take for someone else's.)"""
+        conn.execute(sa.insert(self.table).values(self.row_params(pkind, rows, now_ms)))
 
     def select_existing(self, pkind: str, keys: Sequence[str]) -> sa.Select:
         t = self.table
@@ -178,13 +191,15 @@ class QueueDao:
     def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
               until_ms: int) -> list[ClaimedRow]:
         """Lock up to ``limit`` due rows in due order and mark them claimed by ``lock``."""
-        picked = conn.execute(self.select_due(pkind, now_ms, limit)).fetchall()
-        ids = [r.id for r in picked]
-        for chunk in chunked(ids, self.in_list_max):
+        picked = self.pick_due(conn, pkind, now_ms, limit)
+        for chunk in chunked([r[0] for r in picked], self.in_list_max):
             conn.execute(self._mark_claimed, {"ids": chunk, "lock": lock, "until": until_ms})
-        return [ClaimedRow(r.id, r.pkey, bytes(r.payload), r.scheduled_at,
-                           r.scheduled_at_initially, r.created_at, r.deliveries + 1)
-                for r in picked]
+        return [ClaimedRow(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6] + 1) for r in picked]
+
+    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int,
+                 limit: int) -> Sequence[Sequence]:
+        """Lock and read up to ``limit`` due rows, as ``_claim_columns`` in due order."""
+        return conn.execute(self.select_due(pkind, now_ms, limit)).fetchall()
 
     def select_due(self, pkind: str, now_ms: int, limit: int) -> sa.Select:
         t = self.table

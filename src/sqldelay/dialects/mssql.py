@@ -23,9 +23,8 @@ from sqlalchemy.dialects import mssql
 from sqlalchemy.ext.compiler import compiles
 
 from ..errors import InvalidArgumentError
-from ..messages import OfferOutcome
 from ..schema import QueueKey, QueuePayload
-from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
+from .base import ClaimedRow, ErrorKind, QueueDao
 
 _DUPLICATE = {2627, 2601}  # unique constraint, unique index
 _TRANSIENT = {1205, 1222}  # deadlock victim, lock request timeout
@@ -61,9 +60,7 @@ def native_error(exc: sa.exc.DBAPIError) -> int | None:
 
 class MSSQLQueueDao(QueueDao):
     name = "mssql"
-    # SQLAlchemy sends an executemany INSERT as multi-row INSERTs of at most 2099 parameters
-    # (insertmanyvalues); a chunk that fits one of them is inserted all or nothing, and its
-    # key IN-list stays far under the limit too
+    # a chunk's multi-row INSERT and its key IN-list stay under the parameter limit
     offer_chunk = (_PARAMETER_LIMIT - 1) // _INSERT_PARAMETERS
     in_list_max = 2000  # ids plus the lock and due-time parameters
     like_specials = "%_["  # "[" opens a character class in LIKE patterns here
@@ -102,23 +99,12 @@ class MSSQLQueueDao(QueueDao):
             return ErrorKind.MISSING_TABLE
         return ErrorKind.OTHER
 
-    def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-              now_ms: int) -> list[OfferOutcome]:
-        for r in rows:
-            _check_key(r.key)
-        return super().offer(conn, pkind, rows, now_ms)
-
-    def select_by_key(self, pkind: str, key: str) -> sa.Select:
-        _check_key(key)
-        return super().select_by_key(pkind, key)
-
-    def exists_key(self, pkind: str, key: str) -> sa.Select:
-        _check_key(key)
-        return super().exists_key(pkind, key)
-
-    def delete_key(self, pkind: str, key: str) -> sa.Delete:
-        _check_key(key)
-        return super().delete_key(pkind, key)
+    @classmethod
+    def check_key(cls, key: str) -> None:
+        if key.endswith(" "):
+            raise InvalidArgumentError(
+                f"key {key!r} ends with a space: SQL Server ignores trailing spaces when "
+                "comparing text, so it would be the same message as the key without them")
 
     def select_existing(self, pkind: str, keys: Sequence[str]) -> sa.Select:
         # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): lock by table hint
@@ -133,9 +119,3 @@ class MSSQLQueueDao(QueueDao):
         rows.sort(key=lambda r: (r.due_ms, r.id))  # OUTPUT has no order of its own
         return rows
 
-
-def _check_key(key: str) -> None:
-    if key.endswith(" "):
-        raise InvalidArgumentError(
-            f"key {key!r} ends with a space: SQL Server ignores trailing spaces when comparing "
-            "text, so it would be the same message as the key without them")

@@ -14,11 +14,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueId, QueueKey, QueuePayload
-from .base import ClaimedRow, ErrorKind, QueueDao, chunked
+from .base import ErrorKind, OfferRow, QueueDao
 
 _DUPLICATE = {1}  # ORA-00001 unique constraint violated
 # deadlock, cannot serialize, resource busy (NOWAIT), resource busy (WAIT timeout expired)
@@ -75,8 +77,15 @@ class OracleQueueDao(QueueDao):
             return ErrorKind.MISSING_TABLE
         return ErrorKind.OTHER
 
-    def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
-              until_ms: int) -> list[ClaimedRow]:
+    def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+                   now_ms: int) -> None:
+        # no multi-row VALUES here, and a failed array insert keeps the rows before the
+        # failing one: a savepoint makes the executemany all or nothing
+        with conn.begin_nested():
+            conn.execute(sa.insert(self.table), self.row_params(pkind, rows, now_ms))
+
+    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int,
+                 limit: int) -> list[tuple]:
         if not conn.in_transaction():
             conn.begin()  # the raw cursor below must run inside the transaction that commits
         # SQLAlchemy sets no per-statement fetch size, so the locking read uses a driver cursor
@@ -88,9 +97,7 @@ class OracleQueueDao(QueueDao):
             picked = cursor.fetchmany(limit)
         finally:
             cursor.close()
-        for chunk in chunked([r[0] for r in picked], self.in_list_max):
-            conn.execute(self._mark_claimed, {"ids": chunk, "lock": lock, "until": until_ms})
-        return [ClaimedRow(r[0], r[1], _bytes(r[2]), r[3], r[4], r[5], r[6] + 1) for r in picked]
+        return [(r[0], r[1], _bytes(r[2]), *r[3:]) for r in picked]
 
 
 def _bytes(payload) -> bytes:

@@ -41,6 +41,11 @@ class SQLiteQueueDao(QueueDao):
         if not getattr(dbapi, "in_transaction", False):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
+    def key_prefix_match(self, prefix: str) -> sa.ColumnElement[bool]:
+        # SQLite's LIKE folds ASCII case; the substr comparison makes the match exact
+        return sa.and_(super().key_prefix_match(prefix),
+                       sa.func.substr(self.table.c.pkey, 1, len(prefix)) == prefix)
+
     @classmethod
     def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
         code = getattr(exc.orig, "sqlite_errorcode", None)
