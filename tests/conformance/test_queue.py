@@ -229,6 +229,15 @@ def test_one_megabyte_payloads(make_queue):
     assert text.poll().payload == doc
 
 
+def test_offer_many_splits_large_payloads_into_statements_the_server_accepts(make_queue):
+    # 20 MiB in one call: more than MariaDB's default max_allowed_packet (16 MiB)
+    queue = make_queue(serializer=BytesSerializer())
+    blobs = {f"b{i:02}": bytes([i]) * (1 << 20) for i in range(20)}
+    assert queue.offer_many([Message(k, v) for k, v in blobs.items()]) == [C] * 20
+    got = queue.poll_many(20)
+    assert {e.key: e.payload for e in got} == blobs
+
+
 def test_connection_joins_the_callers_transaction(queue, engine):
     with engine.connect() as conn:
         queue.offer("rolled-back", 1, connection=conn)
