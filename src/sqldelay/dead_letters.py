@@ -157,7 +157,7 @@ def _dead_letter(row) -> DeadLetter:
     queue, _, type_name = row.pkind.rpartition("|")
     return DeadLetter(
         id=int(row.id), queue=queue, type_name=type_name, key=row.pkey,
-        payload=bytes(row.payload), attempts=int(row.attempts), last_error=row.last_error,
+        payload=bytes(row.payload), attempts=int(row.attempts), last_error=row.last_error or "",
         failed_at=from_ms(row.failed_at), scheduled_at=from_ms(row.scheduled_at_initially),
         created_at=from_ms(row.created_at))
 

@@ -41,6 +41,18 @@ class QueuePayload(sa.LargeBinary):
     cache_ok = True
 
 
+class QueueText(sa.Unicode):
+    """Free text (error messages): any Unicode, whatever the database's default charset."""
+
+    __visit_name__ = "sqldelay_text"
+    cache_ok = True
+
+
+@compiles(QueueText)
+def _text_default(type_, compiler, **kw):
+    return compiler.visit_unicode(type_, **kw)
+
+
 @compiles(QueueId)
 def _id_default(type_, compiler, **kw):
     return compiler.visit_BIGINT(type_, **kw)
@@ -119,7 +131,8 @@ def _dead_letter_columns() -> list[sa.Column]:
         sa.Column("scheduled_at_initially", sa.BigInteger(), nullable=False),
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("last_error", sa.String(ERROR_LENGTH), nullable=False),
+        # nullable: Oracle stores an empty error text as NULL
+        sa.Column("last_error", QueueText(ERROR_LENGTH), nullable=True),
         sa.Column("failed_at", sa.BigInteger(), nullable=False),
     ]
 

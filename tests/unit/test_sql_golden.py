@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay.dialects import REGISTRY, OfferRow
-from sqldelay.schema import queue_table
+from sqldelay.schema import dead_letter_table, queue_table
 
 from .dao_recorder import RecordingConnection, ddl, parses, render, row
 
@@ -38,7 +38,9 @@ def emitted(name: str) -> list[tuple[str, str]]:
     """(label, SQL) for every statement the dialect's DAO emits, in a fixed order."""
     dialect = sa.make_url(DIALECTS[name][0]).get_dialect()(paramstyle="named")
     dao = REGISTRY[name](queue_table(sa.MetaData()))
-    out = [(f"ddl {i}", sql) for i, sql in enumerate(ddl(dao.table, dialect))]
+    dead = dead_letter_table(dao.table.metadata, dao.table.name)
+    out = [(f"ddl {i}", sql)
+           for i, sql in enumerate(ddl(dao.table, dialect) + ddl(dead, dialect))]
 
     def record(label, op, results=()):
         conn = RecordingConnection(dialect, results)

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 
-from ..schema import QueueKey, QueuePayload
+from ..schema import QueueKey, QueuePayload, QueueText
 from .base import ErrorKind, OfferRow, QueueDao
 
 _DUPLICATE = {1062}
@@ -27,6 +27,12 @@ def _key(type_, compiler, **kw):
     # "a" and "a " the same key
     collation = "utf8mb4_nopad_bin" if compiler.dialect.is_mariadb else "utf8mb4_0900_bin"
     return f"VARCHAR({type_.length}) CHARACTER SET utf8mb4 COLLATE {collation}"
+
+
+@compiles(QueueText, "mysql")
+@compiles(QueueText, "mariadb")
+def _text(type_, compiler, **kw):
+    return f"VARCHAR({type_.length}) CHARACTER SET utf8mb4"  # the table default may be latin1
 
 
 @compiles(QueuePayload, "mysql")

@@ -10,6 +10,12 @@ CREATE UNIQUE INDEX delayed_queue_kind_key_uq ON delayed_queue (pkind, pkey);
 -- ddl 3
 CREATE INDEX delayed_queue_lock_ix ON delayed_queue (lock_uuid);
 
+-- ddl 4
+CREATE TABLE delayed_queue_dead ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, payload LONGBLOB NOT NULL, scheduled_at_initially BIGINT NOT NULL, created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, last_error VARCHAR(2000) CHARACTER SET utf8mb4, failed_at BIGINT NOT NULL, PRIMARY KEY (id) );
+
+-- ddl 5
+CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
+
 -- offer 0
 SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:pkey_1_1, :pkey_1_2, :pkey_1_3) FOR UPDATE;
 
