@@ -52,40 +52,66 @@ def _unreachable(url: str) -> str | None:
         engine.dispose()
 
 
+class _Backends:
+    """Backends opened on first use, each with its own queue table, all dropped at the end."""
+
+    def __init__(self, tmp_path_factory) -> None:
+        self._tmp = tmp_path_factory
+        self._open: dict[str, tuple[str, sa.Engine, str]] = {}
+
+    def get(self, name: str) -> tuple[str, sa.Engine, str]:
+        """(URL, engine, table) of backend ``name``; skips (or fails in CI) if unreachable."""
+        if name not in self._open:
+            if name == "sqlite":
+                url = f"sqlite:///{self._tmp.mktemp('spark_sqlite') / 'queue.db'}"
+            else:
+                url = _SERVER_URLS[name]
+                problem = _unreachable(url)
+                if problem:
+                    message = f"{name} server at {url} is unreachable ({problem})"
+                    if IN_CI:
+                        pytest.fail(f"{message}; CI=true requires every server backend",
+                                    pytrace=False)
+                    pytest.skip(message)
+            engine = sa.create_engine(url)
+            table = f"sq_spark_{os.getpid()}"
+            create_schema(engine, table_name=table)
+            self._open[name] = (url, engine, table)
+        return self._open[name]
+
+    def close(self) -> None:
+        for _, engine, table in self._open.values():
+            drop_schema(engine, table_name=table)
+            engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def spark_backends(tmp_path_factory):
+    backends = _Backends(tmp_path_factory)
+    yield backends
+    backends.close()
+
+
 @pytest.fixture(scope="session", params=SPARK_BACKENDS)
-def spark_backend(request, tmp_path_factory) -> tuple[str, str]:
-    """(backend name, URL) of one backend; URL-only, as the Spark tasks build engines."""
-    name = request.param
-    if name == "sqlite":
-        return name, f"sqlite:///{tmp_path_factory.mktemp('spark_sqlite') / 'queue.db'}"
-    url = _SERVER_URLS[name]
-    problem = _unreachable(url)
-    if problem:
-        message = f"{name} server at {url} is unreachable ({problem})"
-        if IN_CI:
-            pytest.fail(f"{message}; CI=true requires every server backend", pytrace=False)
-        pytest.skip(message)
-    return name, url
+def spark_backend(request, spark_backends) -> tuple[str, sa.Engine, str]:
+    """(URL, engine, table) of one backend; the tests using it run once per backend."""
+    return spark_backends.get(request.param)
 
 
 @pytest.fixture(scope="session")
 def spark_url(spark_backend) -> str:
+    """URL only: Spark tasks build their own engines from it."""
+    return spark_backend[0]
+
+
+@pytest.fixture(scope="session")
+def spark_engine(spark_backend):
     return spark_backend[1]
 
 
 @pytest.fixture(scope="session")
-def spark_engine(spark_url):
-    engine = sa.create_engine(spark_url)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture(scope="session")
-def spark_table(spark_engine) -> str:
-    name = f"sq_spark_{os.getpid()}"
-    create_schema(spark_engine, table_name=name)
-    yield name
-    drop_schema(spark_engine, table_name=name)
+def spark_table(spark_backend) -> str:
+    return spark_backend[2]
 
 
 class _Sessions:
