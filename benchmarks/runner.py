@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from . import environment, report
 from .harness import SIZES, Bench
-from .scenarios import SCENARIOS
+from .scenarios import OPTIONAL, SCENARIOS
 
 
 def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
@@ -23,7 +23,8 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
                              "SQLite file bench.db in the --out directory)")
     parser.add_argument("--scenario", action="append", choices=list(SCENARIOS), metavar="NAME",
                         help="run only this scenario (repeatable); one of: "
-                             + ", ".join(SCENARIOS))
+                             + ", ".join(SCENARIOS) + " (default: all but "
+                             + ", ".join(sorted(OPTIONAL)) + ")")
     parser.add_argument("--out", default="bench-results", type=Path,
                         help="directory for the JSON file and the plots (default: bench-results)")
     parser.add_argument("--size", choices=list(SIZES), default="default",
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         sa.make_url(args.url)
     except sa.exc.ArgumentError as exc:
         raise SystemExit(f"--url: {exc}") from None
-    names = args.scenario or list(SCENARIOS)
+    names = args.scenario or [name for name in SCENARIOS if name not in OPTIONAL]
     bench = Bench(args.url, sizes=SIZES[args.size], consumers=args.consumers,
                   producers=args.producers, batch=args.batch, peers_url=args.peers_url)
     started = {"environment": environment.describe(bench.engine),

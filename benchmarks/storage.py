@@ -33,9 +33,8 @@ def table_storage(engine: sa.Engine, table: str) -> dict:
             ).mappings().one()
             return {k: int(v) for k, v in row.items()}
     if name == "sqlite":
+        # free pages are the whole file's (every table's), so they are not reported here
         with engine.connect() as conn:
-            page = conn.exec_driver_sql("PRAGMA page_size").scalar()
-            free = conn.exec_driver_sql("PRAGMA freelist_count").scalar()
             try:
                 sizes = dict(conn.execute(sa.text(
                     "SELECT d.name, sum(d.pgsize) FROM dbstat d JOIN sqlite_schema s "
@@ -44,6 +43,5 @@ def table_storage(engine: sa.Engine, table: str) -> dict:
             except sa.exc.OperationalError:  # SQLite built without the dbstat table
                 sizes = {}
             return {"table_bytes": sizes.get(table),
-                    "index_bytes": sum(v for k, v in sizes.items() if k != table) or None,
-                    "free_bytes": free * page}
+                    "index_bytes": sum(v for k, v in sizes.items() if k != table) or None}
     return {}

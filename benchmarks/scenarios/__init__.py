@@ -1,8 +1,11 @@
-"""The scenarios, in the order a full run takes them; each is ``scenario(bench)``."""
+"""The scenarios, in the order a full run takes them; each is ``scenario(bench)``.
+
+OPTIONAL ones run only when named with ``--scenario``.
+"""
 
 from __future__ import annotations
 
-from . import churn, peers, scaling, steady, throughput, worker
+from . import churn, peers, scaling, spark, steady, throughput, worker
 
 SCENARIOS = {
     "offer": throughput.offer,
@@ -16,4 +19,6 @@ SCENARIOS = {
     "peers": peers.peers,
     "worker_drain": worker.worker_drain,
     "worker_wakeup": worker.worker_wakeup,
+    "spark_offer": spark.spark_offer,
 }
+OPTIONAL = {"spark_offer"}
