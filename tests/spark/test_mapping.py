@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from decimal import Decimal
 
 import pytest
@@ -116,3 +117,38 @@ def test_write_options_defaults_and_errors():
 
 def test_like_escape_keeps_wildcards_literal():
     assert _like_escape("a_b%c\\") == "a\\_b\\%c\\\\"
+
+
+def test_password_option_goes_into_the_url():
+    s = schema(key=T.StringType(), payload=T.StringType())
+    config = write_config({"url": "postgresql+psycopg://app@db:5432/x", "queue": "q",
+                           "password": "s3cr:t@"}, s)
+    assert config.url == "postgresql+psycopg://app:s3cr%3At%40@db:5432/x"
+
+
+@pytest.fixture
+def new_york_local_time(monkeypatch):
+    """The process's local time zone set to one that is not UTC, restored afterwards."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_row_writer_of_pyspark_4_0_restores_the_instant_of_local_naive_timestamps(
+        new_york_local_time):
+    from pyspark.sql import Row
+
+    from sqldelay.spark.source import _row_records
+
+    s = schema(key=T.StringType(), payload=T.StringType(), at=T.TimestampType())
+    config = write_config({"url": "sqlite://", "queue": "q", "chunk_size": "2"}, s)
+    instant = dt.datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    local_naive = instant.astimezone().replace(tzinfo=None)  # what PySpark hands to rows
+    assert local_naive.hour == 3  # 07:08 UTC is 03:08 in New York (daylight saving time)
+    rows = [Row(key=f"k{i}", payload="p", at=local_naive) for i in range(3)]
+    batches = list(_row_records(config, iter(rows)))
+    assert [len(b) for b in batches] == [2, 1]
+    assert batches[0][0]["at"] == instant
+    assert RowConverter(config.mapping, update=False).message(batches[1][0]).at == instant

@@ -3,7 +3,9 @@
 Options (case-insensitive; values are strings as Spark passes them):
 
 write and stream
-    ``url`` (required), ``queue`` (required), ``table`` (default ``delayed_queue``),
+    ``url`` (required), ``password`` (optional, put into the URL; Spark redacts options named
+    like this in plans and logs, not a password written inside the URL), ``queue``
+    (required), ``table`` (default ``delayed_queue``),
     ``key`` (default ``key``), ``payload`` (default ``payload``), ``at`` (default: the column
     ``at`` when the DataFrame has one, else every message is due now; ``""`` forces due now),
     ``update`` (``true``/``false``, default ``false``), ``chunk_size`` (rows per commit,
@@ -11,8 +13,8 @@ write and stream
     as JSON; a stream appends one JSON line per micro-batch).
 
 read
-    ``url``, ``queue``, ``table`` as above; ``serializer`` (``json``, ``str``, ``bytes`` or
-    a custom type name; default: every payload type of that queue), ``num_partitions``
+    ``url``, ``password``, ``queue``, ``table`` as above; ``serializer`` (``json``, ``str``,
+    ``bytes`` or a custom type name; default: every payload type of that queue), ``num_partitions``
     (id ranges read in parallel, default 4), ``as_of`` (epoch ms or ISO 8601 instant the
     derived ``due``/``in_flight`` columns are computed for; default: when the read is planned).
 
@@ -138,6 +140,16 @@ def _positive_int(options: Any, name: str, default: int) -> int:
     return number
 
 
+def _url(options: Any) -> str:
+    """The URL, with the ``password`` option put in: Spark redacts options named like
+    "password" in plans and logs, but not a password inside the URL."""
+    url = _required(options, "url")
+    password = options.get("password")
+    if password:
+        url = sa.make_url(url).set(password=str(password)).render_as_string(hide_password=False)
+    return url
+
+
 def _table(options: Any) -> str:
     return str(options.get("table") or options.get("table_name") or DEFAULT_TABLE)
 
@@ -152,7 +164,7 @@ def write_config(options: Any, schema: T.StructType) -> WriteConfig:
         at = None
     mapping = resolve_mapping(schema, key=str(options.get("key") or "key"),
                               payload=str(options.get("payload") or "payload"), at=at)
-    return WriteConfig(url=_required(options, "url"), queue=_required(options, "queue"),
+    return WriteConfig(url=_url(options), queue=_required(options, "queue"),
                        table_name=_table(options), mapping=mapping,
                        update=_bool(options, "update", False),
                        chunk_size=_positive_int(options, "chunk_size", DEFAULT_CHUNK_SIZE))
@@ -309,7 +321,7 @@ class SqlDelayReader(DataSourceReader):
     the scan runs may be seen in either state (or not at all once acked)."""
 
     def __init__(self, options: Any) -> None:
-        self.url = _required(options, "url")
+        self.url = _url(options)
         self.queue = _required(options, "queue")
         self.table_name = _table(options)
         self.serializer = options.get("serializer")
