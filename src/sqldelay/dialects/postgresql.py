@@ -26,9 +26,10 @@ from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
 _DUPLICATE = {"23505"}
 _TRANSIENT = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
 _MISSING = {"42P01"}
-# the "high-churn" preset (schema.TUNING_PRESETS), starting from db-queue's advice
+# the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
+# churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
+# lock_uuid) and so can never be a HOT update; free space per page only made the table larger
 PG_CHURN = {
-    "fillfactor": 70,
     "autovacuum_vacuum_scale_factor": 0.0001,
     "autovacuum_vacuum_threshold": 500,
     "autovacuum_analyze_scale_factor": 0.001,
@@ -86,11 +87,9 @@ class PostgresQueueDao(QueueDao):
 
     @classmethod
     def tuning_ddl(cls, table: sa.Table, preset: str) -> list[str]:
-        # Every claim writes a new row version and every ack leaves a dead one: free space in
-        # each page lets the new version stay on its page, and vacuuming after a fixed few
-        # hundred dead rows instead of a fraction of the table keeps claims from wading
-        # through dead index entries. Values chosen by the churn benchmark
-        # (benchmarks/README.md).
+        # Every claim writes a new row version and every ack leaves a dead one: vacuuming
+        # after a fixed few hundred dead rows instead of a fraction of the table keeps claims
+        # from wading through dead index entries (benchmarks/README.md, churn).
         name = pg.dialect().identifier_preparer.format_table(table)
         return [f"ALTER TABLE {name} SET ("
                 + ", ".join(f"{k} = {v}" for k, v in PG_CHURN.items()) + ")"]
