@@ -113,6 +113,11 @@ def test_bad_input_fails_before_anything_is_written(
     with pytest.raises(InvalidArgumentError, match=r"key column 'k' is null in 1 rows"):
         offer_dataframe(df, url=spark_url, queue=queue_name, key="k", payload="p",
                         table_name=spark_table)
+    long_key = df.filter(F.col("k").isNotNull()).withColumn(
+        "k", F.when(F.col("k") == "c", F.lit("x" * 201)).otherwise(F.col("k")))
+    with pytest.raises(InvalidArgumentError, match=r"1 empty keys or keys longer than 200"):
+        offer_dataframe(long_key, url=spark_url, queue=queue_name, key="k", payload="p",
+                        table_name=spark_table)
     with pytest.raises(InvalidArgumentError, match="column 'body' is not in the DataFrame"):
         offer_dataframe(df, url=spark_url, queue=queue_name, key="k", payload="body",
                         table_name=spark_table)

@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from ..schema import DEFAULT_TABLE
+from ..schema import DEFAULT_TABLE, KEY_LENGTH
 from ._mapping import ColumnMapping, resolve_mapping
 from ._offer import DEFAULT_CHUNK_SIZE, OfferCounts, WriteConfig, check_table, offer_records
 from .drain import DrainCounts, drain_with_spark
@@ -62,7 +62,8 @@ def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
     idempotently, so the queue holds each key once. The counts come from the successful
     attempt of each task: rows that a failed attempt had committed count as ignored.
 
-    ``precheck`` scans ``df`` once for null keys (and null string/binary payloads) so that
+    ``precheck`` scans ``df`` once for null, empty or too long keys (and null string/binary
+    payloads) so that
     bad input fails before anything is written; without it a bad row fails its task after
     the earlier chunks were committed.
     """
@@ -104,7 +105,9 @@ def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
 def _precheck(df: Any, mapping: ColumnMapping) -> None:
     from pyspark.sql import functions as F
 
-    checks = [F.count(F.when(F.col(mapping.key).isNull(), 1)).alias("null_keys")]
+    key_length = F.length(F.col(mapping.key).cast("string"))
+    checks = [F.count(F.when(F.col(mapping.key).isNull(), 1)).alias("null_keys"),
+              F.count(F.when((key_length == 0) | (key_length > KEY_LENGTH), 1)).alias("bad_keys")]
     if mapping.serializer_name != "json":
         checks.append(F.count(F.when(F.col(mapping.payload).isNull(), 1)).alias("null_payloads"))
     row = df.agg(*checks).first()
@@ -112,6 +115,10 @@ def _precheck(df: Any, mapping: ColumnMapping) -> None:
         raise InvalidArgumentError(
             f"the key column {mapping.key!r} is null in {row['null_keys']} rows; every message "
             f"needs a key (filter with F.col({mapping.key!r}).isNotNull()); nothing was offered")
+    if row["bad_keys"]:
+        raise InvalidArgumentError(
+            f"the key column {mapping.key!r} holds {row['bad_keys']} empty keys or keys longer "
+            f"than {KEY_LENGTH} characters; nothing was offered")
     if mapping.serializer_name != "json" and row["null_payloads"]:
         raise InvalidArgumentError(
             f"the payload column {mapping.payload!r} is null in {row['null_payloads']} rows; a "
