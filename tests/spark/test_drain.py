@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,20 @@ def test_drain_argument_errors(spark, spark_url, spark_table):
         drain_with_spark(spark, spark_url, "q", print, serializer="xml", table_name=spark_table)
     with pytest.raises(InvalidArgumentError, match="handler must be callable"):
         drain_with_spark(spark, spark_url, "q", None, table_name=spark_table)
+
+
+def test_time_limit_releases_the_unstarted_rest_of_a_batch(
+        spark, spark_url, spark_engine, spark_table, queue_name):
+    q = DelayedQueue(spark_engine, queue_name, table_name=spark_table)
+    q.offer_many([Message(f"m{i}", {"i": i}) for i in range(20)])
+
+    def slow(envelope) -> None:  # a handler whose work outlasts the time limit
+        time.sleep(0.1)
+
+    counts = drain_with_spark(spark, spark_url, queue_name, slow, parallelism=1,
+                              batch_size=20, max_seconds=0.5, table_name=spark_table)
+    assert counts.released > 0 and counts.processed > 0
+    assert counts.processed + counts.released == 20
+    stats = q.stats()
+    # the released messages are due again at once, not left locked until the lock expires
+    assert (stats.due, stats.in_flight) == (counts.released, 0)

@@ -52,6 +52,11 @@ def test_backlog_matches_stats_and_reading_changes_nothing(
                                 "in_flight": stats.in_flight, "scheduled": stats.scheduled,
                                 "locked": 120}
 
+    # computed for another instant: in two hours every message is due and every lock expired
+    later = _load(spark, spark_url, spark_table, queue_name,
+                  as_of=(NOW + dt.timedelta(hours=2)).isoformat())
+    assert later.filter("due AND NOT in_flight").count() == 500
+
     row = df.filter(F.col("key") == "s7").first()
     assert (row.queue, row.serializer, row.deliveries) == (queue_name, "json", 0)
     assert bytes(row.payload) == b'{"i":7}'
