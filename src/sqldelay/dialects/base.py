@@ -100,8 +100,24 @@ class QueueDao:
     def begin_write(self, conn: sa.Connection) -> None:
         """Called first in every transaction sqldelay opens to write."""
 
+    # the driver's error codes (as ``error_code`` reads them) for each kind of error
+    duplicate_key_codes: ClassVar[frozenset] = frozenset()
+    transient_codes: ClassVar[frozenset] = frozenset()
+    missing_table_codes: ClassVar[frozenset] = frozenset()
+
+    @classmethod
+    def error_code(cls, exc: sa.exc.DBAPIError) -> object:
+        """The database's code for a driver error, or None."""
+        return None
+
     @classmethod
     def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
+        code = cls.error_code(exc)
+        for codes, kind in ((cls.duplicate_key_codes, ErrorKind.DUPLICATE_KEY),
+                            (cls.transient_codes, ErrorKind.TRANSIENT),
+                            (cls.missing_table_codes, ErrorKind.MISSING_TABLE)):
+            if code in codes:
+                return kind
         return ErrorKind.OTHER
 
     # ---- wake-ups (only where ``notifications`` is True) -----------------------------------

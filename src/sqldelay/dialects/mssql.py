@@ -24,11 +24,8 @@ from sqlalchemy.ext.compiler import compiles
 
 from ..errors import InvalidArgumentError
 from ..schema import QueueKey, QueuePayload
-from .base import ClaimedRow, ErrorKind, QueueDao
+from .base import ClaimedRow, QueueDao
 
-_DUPLICATE = {2627, 2601}  # unique constraint, unique index
-_TRANSIENT = {1205, 1222}  # deadlock victim, lock request timeout
-_MISSING = {208}  # invalid object name
 _PARAMETER_LIMIT = 2100
 _INSERT_PARAMETERS = 8  # bound values per inserted row (every column but the identity)
 
@@ -60,6 +57,9 @@ def native_error(exc: sa.exc.DBAPIError) -> int | None:
 
 class MSSQLQueueDao(QueueDao):
     name = "mssql"
+    duplicate_key_codes = frozenset({2627, 2601})  # unique constraint, unique index
+    transient_codes = frozenset({1205, 1222})  # deadlock victim, lock request timeout
+    missing_table_codes = frozenset({208})  # invalid object name
     # a chunk's multi-row INSERT and its key IN-list stay under the parameter limit
     offer_chunk = (_PARAMETER_LIMIT - 1) // _INSERT_PARAMETERS
     in_list_max = 2000  # ids plus the lock and due-time parameters
@@ -89,15 +89,8 @@ class MSSQLQueueDao(QueueDao):
                   table.c.scheduled_at_initially, table.c.created_at, table.c.deliveries)
 
     @classmethod
-    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
-        code = native_error(exc)
-        if code in _DUPLICATE:
-            return ErrorKind.DUPLICATE_KEY
-        if code in _TRANSIENT:
-            return ErrorKind.TRANSIENT
-        if code in _MISSING:
-            return ErrorKind.MISSING_TABLE
-        return ErrorKind.OTHER
+    def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
+        return native_error(exc)
 
     @classmethod
     def check_key(cls, key: str) -> None:

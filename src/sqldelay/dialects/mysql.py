@@ -13,11 +13,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueKey, QueuePayload, QueueText
-from .base import ErrorKind, OfferRow, QueueDao
-
-_DUPLICATE = {1062}
-_TRANSIENT = {1213, 1205}  # deadlock, lock wait timeout
-_MISSING = {1146}
+from .base import OfferRow, QueueDao
 
 
 @compiles(QueueKey, "mysql")
@@ -44,18 +40,14 @@ def _payload(type_, compiler, **kw):
 class MySQLQueueDao(QueueDao):
     name = "mysql"
     offer_chunk = 1000
+    duplicate_key_codes = frozenset({1062})
+    transient_codes = frozenset({1213, 1205})  # deadlock, lock wait timeout
+    missing_table_codes = frozenset({1146})
 
     @classmethod
-    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
+    def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
         args = getattr(exc.orig, "args", ())
-        code = args[0] if args and isinstance(args[0], int) else None
-        if code in _DUPLICATE:
-            return ErrorKind.DUPLICATE_KEY
-        if code in _TRANSIENT:
-            return ErrorKind.TRANSIENT
-        if code in _MISSING:
-            return ErrorKind.MISSING_TABLE
-        return ErrorKind.OTHER
+        return args[0] if args and isinstance(args[0], int) else None
 
     def update_changed(self, pkind: str, rows: Sequence[OfferRow],
                        now_ms: int) -> tuple[sa.Executable, None]:

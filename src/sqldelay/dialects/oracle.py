@@ -20,12 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueId, QueueKey, QueuePayload
-from .base import ErrorKind, OfferRow, QueueDao
-
-_DUPLICATE = {1}  # ORA-00001 unique constraint violated
-# deadlock, cannot serialize, resource busy (NOWAIT), resource busy (WAIT timeout expired)
-_TRANSIENT = {60, 8177, 54, 30006}
-_MISSING = {942}  # table or view does not exist
+from .base import OfferRow, QueueDao
 
 
 @compiles(QueueId, "oracle")
@@ -53,6 +48,10 @@ def oracle_error_code(exc: sa.exc.DBAPIError) -> int | None:
 
 class OracleQueueDao(QueueDao):
     name = "oracle"
+    duplicate_key_codes = frozenset({1})  # ORA-00001 unique constraint violated
+    # deadlock, cannot serialize, resource busy (NOWAIT), resource busy (WAIT timeout expired)
+    transient_codes = frozenset({60, 8177, 54, 30006})
+    missing_table_codes = frozenset({942})  # table or view does not exist
     offer_chunk = 999  # keys of a chunk go into one IN-list
     in_list_max = 999
 
@@ -67,15 +66,8 @@ class OracleQueueDao(QueueDao):
         )
 
     @classmethod
-    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
-        code = oracle_error_code(exc)
-        if code in _DUPLICATE:
-            return ErrorKind.DUPLICATE_KEY
-        if code in _TRANSIENT:
-            return ErrorKind.TRANSIENT
-        if code in _MISSING:
-            return ErrorKind.MISSING_TABLE
-        return ErrorKind.OTHER
+    def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
+        return oracle_error_code(exc)
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int) -> None:

@@ -21,11 +21,8 @@ from sqlalchemy.dialects import postgresql as pg
 
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
-from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
+from .base import ClaimedRow, OfferRow, QueueDao
 
-_DUPLICATE = {"23505"}
-_TRANSIENT = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock not available
-_MISSING = {"42P01"}
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
 # churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
 # lock_uuid) and so can never be a HOT update; free space per page only made the table larger
@@ -41,6 +38,10 @@ PG_CHURN = {
 class PostgresQueueDao(QueueDao):
     name = "postgresql"
     offer_chunk = 5000
+    duplicate_key_codes = frozenset({"23505"})
+    # serialization failure, deadlock, lock not available
+    transient_codes = frozenset({"40001", "40P01", "55P03"})
+    missing_table_codes = frozenset({"42P01"})
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
@@ -131,15 +132,8 @@ class PostgresQueueDao(QueueDao):
                     conn.invalidate()  # never hand a listening connection back to the pool
 
     @classmethod
-    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
-        code = getattr(exc.orig, "sqlstate", None)
-        if code in _DUPLICATE:
-            return ErrorKind.DUPLICATE_KEY
-        if code in _TRANSIENT:
-            return ErrorKind.TRANSIENT
-        if code in _MISSING:
-            return ErrorKind.MISSING_TABLE
-        return ErrorKind.OTHER
+    def error_code(cls, exc: sa.exc.DBAPIError) -> str | None:
+        return getattr(exc.orig, "sqlstate", None)
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
               now_ms: int) -> list[OfferOutcome]:

@@ -12,10 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueId
-from .base import ErrorKind, QueueDao
+from .base import QueueDao
 
-_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (extended codes keep these in the low byte)
-_CONSTRAINT_UNIQUE = {1555, 2067}
+_BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+_SQLITE_ERROR = 1
+_NO_SUCH_TABLE = "no such table"
 
 
 @compiles(QueueId, "sqlite")
@@ -28,6 +29,9 @@ class SQLiteQueueDao(QueueDao):
     offer_chunk = 500  # 9 parameters a row, under SQLite's 32766-parameter limit
     in_list_max = 10000
     skip_locked = False
+    duplicate_key_codes = frozenset({1555, 2067})  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
+    transient_codes = _BUSY
+    missing_table_codes = frozenset({_NO_SUCH_TABLE})
 
     @classmethod
     def after_create_schema(cls, engine: sa.Engine) -> None:
@@ -47,12 +51,10 @@ class SQLiteQueueDao(QueueDao):
                        sa.func.substr(self.table.c.pkey, 1, len(prefix)) == prefix)
 
     @classmethod
-    def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind:
+    def error_code(cls, exc: sa.exc.DBAPIError) -> int | str | None:
         code = getattr(exc.orig, "sqlite_errorcode", None)
         if code is not None and code & 0xFF in _BUSY:
-            return ErrorKind.TRANSIENT
-        if code in _CONSTRAINT_UNIQUE:
-            return ErrorKind.DUPLICATE_KEY
-        if "no such table" in str(exc.orig):
-            return ErrorKind.MISSING_TABLE
-        return ErrorKind.OTHER
+            return code & 0xFF  # the extended busy and locked codes keep these in the low byte
+        if code == _SQLITE_ERROR and "no such table" in str(exc.orig):
+            return _NO_SUCH_TABLE  # a plain SQLITE_ERROR: only the message tells
+        return code
