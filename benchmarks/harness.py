@@ -35,7 +35,9 @@ class Sizes:
     probe_polls: int = 300
     consumer_counts: tuple[int, ...] = (1, 2, 4, 8, 16)
     per_count_messages: int = 2_000
-    churn_cycles: int = 1_500  # batches of ``batch`` messages through offer/poll/ack per preset
+    # batches of ``batch`` messages through offer/poll/ack per preset: long enough (over a
+    # minute on PostgreSQL here) for autovacuum to visit the table during the run
+    churn_cycles: int = 8_000
     churn_standing: int = 10_000  # future messages that stay in the table during churn
     peer_jobs: int = 10_000
 

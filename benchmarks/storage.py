@@ -45,3 +45,14 @@ def table_storage(engine: sa.Engine, table: str) -> dict:
             return {"table_bytes": sizes.get(table),
                     "index_bytes": sum(v for k, v in sizes.items() if k != table) or None}
     return {}
+
+
+def dead_rows(engine: sa.Engine, table: str) -> int | None:
+    """PostgreSQL's count of dead row versions now (its statistics lag by about a second);
+    None on databases that do not report one."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as conn:
+        return conn.execute(sa.text(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = :t"), {"t": table}
+        ).scalar()

@@ -2,7 +2,7 @@
 
 Both enqueue in batches of ``batch`` from ``producers`` concurrent connections (their batch
 APIs: pgqueuer's list ``enqueue``, procrastinate's ``batch_defer_async``) and then drain with
-``consumers`` workers: pgqueuer's QueueManager in drain mode with ``batch_size=batch``,
+``consumers`` workers: pgqueuer's QueueManager over asyncpg with ``batch_size=batch``,
 procrastinate's worker with ``wait=False`` (stop when empty), ``concurrency=batch``, no
 LISTEN/NOTIFY polling delay and successful jobs deleted. Ours does the same with offer_many
 and poll_many + ack_many from as many threads. The peers install their schemas in their own
@@ -78,21 +78,20 @@ def _peers_database(bench: Bench) -> str:
 
 
 async def _pgqueuer(bench: Bench, conninfo: str, n: int) -> tuple[float, float, int]:
-    import psycopg
-    from pgqueuer import Queries, QueueManager
-    from pgqueuer.types import QueueExecutionMode
+    # asyncpg, as pgqueuer's own benchmark tool uses; workers run in continuous mode and are
+    # shut down when the last job has been handled (drain mode adds an idle wait at the end)
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries, QueueManager
 
-    async def connect():
-        return await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-
-    setup = await connect()
-    await Queries.from_psycopg_connection(setup).install()
+    dsn = _dsn(conninfo)
+    setup = await asyncpg.connect(dsn)
+    await Queries(AsyncpgDriver(setup)).install()
     payload = b'{"job":"noop"}'
     batches = n // bench.batch
 
     async def produce(i: int) -> None:
-        conn = await connect()
-        queries = Queries.from_psycopg_connection(conn)
+        conn = await asyncpg.connect(dsn)
+        queries = Queries(AsyncpgDriver(conn))
         for _ in range(i, batches, bench.producers):
             await queries.enqueue(["noop"] * bench.batch, [payload] * bench.batch,
                                   [0] * bench.batch)
@@ -103,24 +102,40 @@ async def _pgqueuer(bench: Bench, conninfo: str, n: int) -> tuple[float, float, 
     enqueue_s = time.perf_counter() - began
 
     done = [0]
+    finished = asyncio.Event()
+    managers = []
 
     async def consume() -> None:
-        conn = await connect()
-        qm = QueueManager(Queries.from_psycopg_connection(conn))
+        conn = await asyncpg.connect(dsn)
+        qm = QueueManager(Queries(AsyncpgDriver(conn)))
+        managers.append(qm)
 
         @qm.entrypoint("noop")
         async def noop(job) -> None:
             done[0] += 1
+            if done[0] >= n:
+                finished.set()
 
-        await qm.run(batch_size=bench.batch, mode=QueueExecutionMode.drain)
+        await qm.run(batch_size=bench.batch)
         await conn.close()
 
+    async def stop_when_done() -> None:
+        await finished.wait()
+        for qm in managers:
+            qm.shutdown.set()
+
     began = time.perf_counter()
-    await asyncio.gather(*(consume() for _ in range(bench.consumers)))
+    await asyncio.gather(stop_when_done(), *(consume() for _ in range(bench.consumers)))
     process_s = time.perf_counter() - began
-    await Queries.from_psycopg_connection(setup).uninstall()
+    await Queries(AsyncpgDriver(setup)).uninstall()
     await setup.close()
     return enqueue_s, process_s, done[0]
+
+
+def _dsn(conninfo: str) -> str:
+    parts = dict(p.split("=", 1) for p in conninfo.split())
+    auth = parts["user"] + (f":{parts['password']}" if "password" in parts else "")
+    return f"postgresql://{auth}@{parts['host']}:{parts['port']}/{parts['dbname']}"
 
 
 async def _procrastinate(bench: Bench, conninfo: str, n: int) -> tuple[float, float, int]:
