@@ -31,7 +31,7 @@ PG_CHURN = {
     "autovacuum_vacuum_threshold": 500,
     "autovacuum_analyze_scale_factor": 0.001,
     "autovacuum_vacuum_cost_limit": 500,
-    "autovacuum_vacuum_cost_delay": 5,
+    "autovacuum_vacuum_cost_delay": 2,  # PostgreSQL 12+'s default; db-queue's 5 predates it
 }
 
 
