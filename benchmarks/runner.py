@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -29,6 +30,8 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
                         help="directory for the JSON file and the plots (default: bench-results)")
     parser.add_argument("--size", choices=list(SIZES), default="default",
                         help="how much work each scenario does; tiny only proves the code runs")
+    parser.add_argument("--churn-cycles", type=int, default=None,
+                        help="batches per preset in the churn scenario (default: per --size)")
     parser.add_argument("--consumers", type=int, default=4, help="consumer threads (default 4)")
     parser.add_argument("--producers", type=int, default=4, help="producer threads (default 4)")
     parser.add_argument("--batch", type=int, default=100, help="messages per batch (default 100)")
@@ -53,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     except sa.exc.ArgumentError as exc:
         raise SystemExit(f"--url: {exc}") from None
     names = args.scenario or [name for name in SCENARIOS if name not in OPTIONAL]
-    bench = Bench(args.url, sizes=SIZES[args.size], consumers=args.consumers,
+    sizes = SIZES[args.size]
+    if args.churn_cycles is not None:
+        if args.churn_cycles < 1:
+            raise SystemExit("--churn-cycles must be at least 1")
+        sizes = dataclasses.replace(sizes, churn_cycles=args.churn_cycles)
+    bench = Bench(args.url, sizes=sizes, consumers=args.consumers,
                   producers=args.producers, batch=args.batch, peers_url=args.peers_url)
     started = {"environment": environment.describe(bench.engine),
                "load_before": environment.load()}
