@@ -33,10 +33,11 @@ def peers(bench: Bench) -> None:
     if bench.dialect != "postgresql":
         return
     conninfo = _peers_database(bench)
-    for name, run in (("pgqueuer", _pgqueuer), ("procrastinate", _procrastinate)):
+    for name, needs, run in (("pgqueuer", ("pgqueuer", "asyncpg"), _pgqueuer),
+                             ("procrastinate", ("procrastinate",), _procrastinate)):
         params = {"jobs": n, "batch": bench.batch, "producers": bench.producers,
                   "consumers": bench.consumers}
-        if importlib.util.find_spec(name) is None:
+        if any(importlib.util.find_spec(module) is None for module in needs):
             for scenario in (ENQUEUE, PROCESS):
                 bench.add(scenario, name, RATE, None, params=params,
                           note="not installed: pip install -e '.[bench-peers]'")
