@@ -117,9 +117,7 @@ class DeadLetters:
                                     .with_for_update()).fetchall()
                 for row in rows:
                     offer = OfferRow(row.pkey, bytes(row.payload), due, True)
-                    self.dao.offer(conn, row.pkind, [offer], now)
-                    if self.dao.notifications and due <= now:
-                        self.dao.notify_due(conn, row.pkind)
+                    self.dao.offer(conn, row.pkind, [offer], now)  # wakes workers if due
                 conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
                 moved += len(rows)
             return moved

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -27,20 +28,38 @@ class Executor:
                  max_backoff: float = 1.0) -> None:
         self.engine = engine
         self.dao = dao
+        # shares the engine's pool; connections return to it in their usual mode
+        self._autocommit = (engine.execution_options(isolation_level="AUTOCOMMIT")
+                            if dao.autocommit_one_statement else None)
+        # the attempts after a first one that failed transiently (the first runs outside
+        # tenacity: it is the common case, and tenacity costs tens of microseconds a call)
         self._retrying = Retrying(
             retry=retry_if_exception(self._is_transient),
             wait=wait_random_exponential(multiplier=0.005, max=max_backoff),
-            stop=stop_after_attempt(attempts),
+            stop=stop_after_attempt(attempts - 1),
             before_sleep=lambda state: log.debug("retrying after %s", state.outcome.exception()),
             reraise=True,
         )
 
     def run(self, op: Callable[[sa.Connection], T], *, write: bool,
-            connection: sa.Connection | None = None) -> T:
+            connection: sa.Connection | None = None, one_statement: bool = False) -> T:
+        """Run ``op`` in a transaction of its own, or in ``connection``'s. ``one_statement``
+        says ``op`` sends a single statement, which is atomic alone: where the dialect gains
+        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips."""
         try:
             if connection is not None:
                 return op(connection)
-            return self._retrying.copy()(self._once, op, write)  # copy: per-call state
+            if one_statement and self._autocommit is not None:
+                attempt = partial(self._alone, op)
+            else:
+                attempt = partial(self._once, op, write)
+            try:
+                return attempt()
+            except sa.exc.DBAPIError as exc:
+                if not self._is_transient(exc):
+                    raise
+                log.debug("retrying after %s", exc)
+            return self._retrying.copy()(attempt)  # copy: per-call state
         except sa.exc.DBAPIError as exc:
             if self.dao.classify(exc) is ErrorKind.MISSING_TABLE:
                 name = self.dao.table.name
@@ -58,6 +77,10 @@ class Executor:
             result = op(conn)
             conn.commit()
             return result
+
+    def _alone(self, op: Callable[[sa.Connection], T]) -> T:
+        with self._autocommit.connect() as conn:
+            return op(conn)
 
     def _is_transient(self, exc: BaseException) -> bool:
         return (isinstance(exc, sa.exc.DBAPIError)

@@ -85,15 +85,12 @@ class DelayedQueue:
                 results = self.dao.offer(conn, self.pkind, [rows[i] for i in part], now)
                 for i, outcome in zip(part, results, strict=True):
                     outcomes[i] = outcome
-            if self.dao.notifications and any(
-                    row.at_ms <= now and outcome is not OfferOutcome.IGNORED
-                    for row, outcome in zip(rows, outcomes, strict=True)):
-                self.dao.notify_due(conn, self.pkind)  # future messages wake nobody
             return outcomes
 
         if not rows:
             return []
-        return self.executor.run(op, write=True, connection=connection)
+        one = len(chunks) == 1 and self.dao.offer_is_one_statement([rows[i] for i in chunks[0]])
+        return self.executor.run(op, write=True, connection=connection, one_statement=one)
 
     def _row(self, index: int, message: Message, now: int) -> OfferRow:
         if not isinstance(message, Message):
@@ -121,7 +118,7 @@ class DelayedQueue:
         lock = str(uuid.uuid4())
         rows = self.executor.run(
             lambda conn: self.dao.claim(conn, self.pkind, now, limit, lock, until),
-            write=True, connection=connection)
+            write=True, connection=connection, one_statement=self.dao.claim_is_one_statement)
         return [self._envelope(r, lock, until) for r in rows]
 
     def _envelope(self, row: ClaimedRow, lock: str, until: int) -> Envelope:
@@ -136,7 +133,7 @@ class DelayedQueue:
         self._check_own(envelope)
         return self.executor.run(
             lambda conn: self.dao.ack(conn, envelope.row_id, envelope.lock),
-            write=True, connection=connection)
+            write=True, connection=connection, one_statement=True)
 
     def ack_many(self, envelopes: Sequence[Envelope], *,
                  connection: sa.Connection | None = None) -> int:
@@ -147,9 +144,10 @@ class DelayedQueue:
             by_lock[env.lock].append(env.row_id)
         if not by_lock:
             return 0
+        one = len(by_lock) == 1 and len(envelopes) <= self.dao.in_list_max
         return self.executor.run(
             lambda conn: sum(self.dao.ack_many(conn, lock, ids) for lock, ids in by_lock.items()),
-            write=True, connection=connection)
+            write=True, connection=connection, one_statement=one)
 
     def release(self, envelope: Envelope, *, delay: timedelta | None = None,
                 connection: sa.Connection | None = None) -> bool:
@@ -173,7 +171,7 @@ class DelayedQueue:
               connection: sa.Connection | None) -> bool:
         stmt = self.dao.move_locked(envelope.row_id, envelope.lock, scheduled_at, keep_lock)
         return self.executor.run(lambda conn: conn.execute(stmt).rowcount > 0,
-                                 write=True, connection=connection)
+                                 write=True, connection=connection, one_statement=True)
 
     def check_key(self, key: Any) -> None:
         """Refuse a key this queue cannot store, before the database is touched."""
@@ -196,7 +194,7 @@ class DelayedQueue:
         now = self.now_ms()
         row = self.executor.run(
             lambda conn: conn.execute(self.dao.select_by_key(self.pkind, key)).first(),
-            write=False, connection=connection)
+            write=False, connection=connection, one_statement=True)
         if row is None:
             return None
         in_flight = row.lock_uuid is not None and row.scheduled_at > now
@@ -209,20 +207,20 @@ class DelayedQueue:
         self.check_key(key)
         return self.executor.run(
             lambda conn: conn.execute(self.dao.exists_key(self.pkind, key)).first() is not None,
-            write=False, connection=connection)
+            write=False, connection=connection, one_statement=True)
 
     def drop(self, key: str, *, connection: sa.Connection | None = None) -> bool:
         """Delete a message whatever its state; True if there was one."""
         self.check_key(key)
         return self.executor.run(
             lambda conn: conn.execute(self.dao.delete_key(self.pkind, key)).rowcount > 0,
-            write=True, connection=connection)
+            write=True, connection=connection, one_statement=True)
 
     def clear(self, *, connection: sa.Connection | None = None) -> int:
         """Delete every message of this queue; returns how many."""
         return self.executor.run(
             lambda conn: conn.execute(self.dao.delete_kind(self.pkind)).rowcount,
-            write=True, connection=connection)
+            write=True, connection=connection, one_statement=True)
 
     def next_due(self, *, connection: sa.Connection | None = None) -> datetime | None:
         """When the earliest message (or expiring lock) falls due; None for an empty queue.
@@ -231,7 +229,7 @@ class DelayedQueue:
         """
         ms = self.executor.run(
             lambda conn: conn.execute(self.dao.select_next_due(self.pkind)).scalar(),
-            write=False, connection=connection)
+            write=False, connection=connection, one_statement=True)
         return None if ms is None else from_ms(int(ms))
 
     def cron(self, *, refresh: timedelta = timedelta(minutes=1)) -> CronService:
@@ -242,7 +240,7 @@ class DelayedQueue:
         now = self.now_ms()
         row = self.executor.run(
             lambda conn: conn.execute(self.dao.select_stats(self.pkind, now)).one(),
-            write=False, connection=connection)
+            write=False, connection=connection, one_statement=True)
         oldest = None if row.oldest_due is None else timedelta(milliseconds=now - row.oldest_due)
         return QueueStats(due=int(row.due), scheduled=int(row.scheduled),
                           in_flight=int(row.in_flight), oldest_due_age=oldest)

@@ -51,7 +51,7 @@ def emitted(name: str) -> list[tuple[str, str]]:
     existing = [row(pkey="changed", payload=b"[0]", scheduled_at_initially=2000),
                 row(pkey="kept", payload=b"[9]", scheduled_at_initially=3000)]
     if name == "postgresql":  # one statement per update flag, each answering with its keys
-        record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[], [("new", True)]])
+        record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[], [("new", True, None)]])
     else:
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [existing])
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])

@@ -61,10 +61,15 @@ class QueueDao:
     in_list_max: ClassVar[int] = 1000
     # claim reads with FOR UPDATE SKIP LOCKED (False where the write lock is database-wide)
     skip_locked: ClassVar[bool] = True
+    # ``claim`` sends one statement (atomic alone), and running such operations in autocommit
+    # saves round trips with this database's driver
+    claim_is_one_statement: ClassVar[bool] = False
+    autocommit_one_statement: ClassVar[bool] = False
     # characters LIKE treats as wildcards besides the escape character (SQL Server adds "[")
     like_specials: ClassVar[str] = "%_"
-    # the database can wake workers in other processes when a due message is offered
-    # (notify_due / listen); without it workers find new messages by polling
+    # the database can wake workers in other processes when a due message is offered (its
+    # offer sends the wake-up; workers ``listen``); without it workers find new messages by
+    # polling
     notifications: ClassVar[bool] = False
 
     def __init__(self, table: sa.Table) -> None:
@@ -122,11 +127,6 @@ class QueueDao:
 
     # ---- wake-ups (only where ``notifications`` is True) -----------------------------------
 
-    def notify_due(self, conn: sa.Connection, pkind: str) -> None:
-        """Inside an offer's transaction that wrote a message due now: wake the listeners of
-        ``pkind`` when it commits."""
-        raise UnsupportedDialectError(f"{self.name} has no notifications")
-
     def listen(self, engine: sa.Engine, pkind: str, on_wake: Callable[[], None],
                stop: threading.Event) -> None:
         """Block until ``stop`` is set, calling ``on_wake`` once listening has begun and then
@@ -138,6 +138,10 @@ class QueueDao:
         """Refuse a key this database cannot store or tell apart from another (before any I/O)."""
 
     # ---- offer ---------------------------------------------------------------------------
+
+    def offer_is_one_statement(self, rows: Sequence[OfferRow]) -> bool:
+        """Whether ``offer`` of this chunk sends a single statement (atomic alone)."""
+        return False
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
               now_ms: int) -> list[OfferOutcome]:

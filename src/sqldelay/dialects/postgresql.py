@@ -6,9 +6,12 @@
   is atomic per row, so a concurrent producer cannot make an outcome wrong.
 - claim: a MATERIALIZED CTE picks due ids ``FOR UPDATE SKIP LOCKED`` (materialized so the
   LIMIT runs once), the UPDATE marks them and returns the rows.
-- wake-ups: an offer that writes a message due now sends a NOTIFY at commit (one per
-  transaction whatever its size; future messages send none); a worker LISTENs on a connection
-  of its own, and a burst of notifications becomes one wake-up of one poll (the debounce).
+- wake-ups: an offer that writes a message due now calls ``pg_notify`` from the offer
+  statement itself (no round trip of its own; delivered at commit, repeats folded into one;
+  future messages send none); a worker LISTENs on a connection of its own, and a burst of
+  notifications becomes one wake-up of one poll (the debounce).
+- round trips: psycopg sends BEGIN as a round trip of its own, so an operation that is one
+  statement runs in autocommit: one round trip instead of three (BEGIN, statement, COMMIT).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ PG_CHURN = {
 class PostgresQueueDao(QueueDao):
     name = "postgresql"
     offer_chunk = 5000
+    autocommit_one_statement = True
+    claim_is_one_statement = True
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
     transient_codes = frozenset({"40001", "40P01", "55P03"})
@@ -46,27 +51,38 @@ class PostgresQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         t = table
+        kind = sa.bindparam("b_kind", type_=sa.Text)
+        now = sa.bindparam("b_now", type_=sa.BigInteger)
         rows = sa.func.unnest(
             sa.bindparam("keys", type_=pg.ARRAY(sa.Text)),
             sa.bindparam("payloads", type_=pg.ARRAY(sa.LargeBinary)),
             sa.bindparam("ats", type_=pg.ARRAY(sa.BigInteger)),
         ).table_valued("k", "p", "a").render_derived(name="u")
-        source = sa.select(sa.bindparam("b_kind", type_=sa.Text), rows.c.k, rows.c.p, rows.c.a,
-                           rows.c.a, sa.bindparam("b_now", type_=sa.BigInteger), sa.literal(0))
+        source = sa.select(kind, rows.c.k, rows.c.p, rows.c.a, rows.c.a, now, sa.literal(0))
         insert = pg.insert(t).from_select(
             ["pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially", "created_at",
              "deliveries"], source)
-        self._insert_absent = insert.on_conflict_do_nothing(
-            index_elements=["pkind", "pkey"]).returning(t.c.pkey)
         ex = insert.excluded
-        self._upsert = insert.on_conflict_do_update(
+        upsert = insert.on_conflict_do_update(
             index_elements=["pkind", "pkey"],
             set_={"payload": ex.payload, "scheduled_at": ex.scheduled_at,
                   "scheduled_at_initially": ex.scheduled_at_initially,
                   "created_at": ex.created_at, "lock_uuid": None, "deliveries": 0},
             where=sa.or_(t.c.payload != ex.payload,
-                         t.c.scheduled_at_initially != ex.scheduled_at_initially),
-        ).returning(t.c.pkey, (sa.literal_column("xmax") == 0).label("inserted"))
+                         t.c.scheduled_at_initially != ex.scheduled_at_initially))
+
+        def reporting(stmt):
+            # the written rows (skipped ones return nothing), inserted or updated; a row due now
+            # wakes the listeners at commit, in this same round trip (repeats fold into one)
+            written = stmt.returning(
+                t.c.pkey, (sa.literal_column("xmax") == 0).label("inserted"),
+                t.c.scheduled_at).cte("written")
+            wake = sa.case((written.c.scheduled_at <= now, sa.func.pg_notify(self.channel, kind)))
+            return sa.select(written.c.pkey, written.c.inserted, wake.label("woke"))
+
+        self._insert_absent = reporting(
+            insert.on_conflict_do_nothing(index_elements=["pkind", "pkey"]))
+        self._upsert = reporting(upsert)
 
         picked = (
             sa.select(t.c.id, t.c.scheduled_at)
@@ -102,10 +118,6 @@ class PostgresQueueDao(QueueDao):
     def channel(self) -> str:
         return f"sqldelay_{self.table.name}"
 
-    def notify_due(self, conn: sa.Connection, pkind: str) -> None:
-        # delivered at commit, and folded into one when a transaction repeats it
-        conn.execute(sa.select(sa.func.pg_notify(self.channel, pkind)))
-
     def listen(self, engine: sa.Engine, pkind: str, on_wake: Callable[[], None],
                stop: threading.Event) -> None:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -135,6 +147,9 @@ class PostgresQueueDao(QueueDao):
     def error_code(cls, exc: sa.exc.DBAPIError) -> str | None:
         return getattr(exc.orig, "sqlstate", None)
 
+    def offer_is_one_statement(self, rows: Sequence[OfferRow]) -> bool:
+        return len({r.update for r in rows}) == 1  # one statement per update flag
+
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
               now_ms: int) -> list[OfferOutcome]:
         outcome: dict[str, OfferOutcome] = {}
@@ -144,12 +159,9 @@ class PostgresQueueDao(QueueDao):
                 continue
             params = {"b_kind": pkind, "b_now": now_ms, "keys": [r.key for r in group],
                       "payloads": [r.payload for r in group], "ats": [r.at_ms for r in group]}
-            if update:
-                for key, inserted in conn.execute(self._upsert, params):
-                    outcome[key] = OfferOutcome.CREATED if inserted else OfferOutcome.UPDATED
-            else:
-                for (key,) in conn.execute(self._insert_absent, params):
-                    outcome[key] = OfferOutcome.CREATED
+            stmt = self._upsert if update else self._insert_absent
+            for key, inserted, _ in conn.execute(stmt, params):
+                outcome[key] = OfferOutcome.CREATED if inserted else OfferOutcome.UPDATED
         return [outcome.get(r.key, OfferOutcome.IGNORED) for r in rows]
 
     def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
