@@ -71,6 +71,10 @@ class RecordingConnection:
         self.executed.append((stmt, params))
         return FakeResult(self.next_rows(), self._rowcount)
 
+    def exec_driver_sql(self, sql: str, params=None):
+        self.executed.append((sql, params))
+        return FakeResult(self.next_rows(), self._rowcount)
+
     def in_transaction(self) -> bool:
         return True
 
@@ -96,6 +100,8 @@ def row(**values) -> SimpleNamespace:
 
 def render(stmt, params, dialect: sa.Dialect) -> str:
     """The SQL text of an executed statement (first parameter set of an executemany)."""
+    if isinstance(stmt, str):  # sent as driver SQL, compiled already
+        return " ".join(stmt.split())
     many = isinstance(params, list)
     if many:
         params = params[0]

@@ -69,7 +69,7 @@ def test_offer_locks_existing_rows_then_inserts_and_updates(dao):
     statements = sent(conn)
     assert statements == [
         "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially FROM dq "
-        "WHERE dq.pkind = :pkind_1 AND dq.pkey IN (:pkey_1_1, :pkey_1_2, :pkey_1_3) FOR UPDATE",
+        "WHERE dq.pkind = :pkind_1 AND dq.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE",
         "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
         "created_at, deliveries) VALUES (:pkind, :pkey, :payload, :scheduled_at, "
         ":scheduled_at_initially, :lock_uuid, :created_at, :deliveries)",
@@ -87,7 +87,7 @@ def test_a_full_offer_chunk_stays_under_the_in_list_limit(dao):
     conn = RecordingConnection(DIALECT)
     dao.offer(conn, "q|json", chunk, 0)
     (select, params), _insert = conn.executed
-    assert render(select, params, DIALECT).count(":pkey_1_") == dao.offer_chunk < IN_LIST_LIMIT
+    assert render(select, params, DIALECT).count(":keys_") == dao.offer_chunk < IN_LIST_LIMIT
 
 
 def test_claim_reads_an_unlimited_locking_cursor_fetching_only_the_limit(dao):

@@ -65,6 +65,9 @@ class QueueDao:
     # saves round trips with this database's driver
     claim_is_one_statement: ClassVar[bool] = False
     autocommit_one_statement: ClassVar[bool] = False
+    # offers insert through SQL compiled once per row count, the driver binding the values
+    # (False where the driver needs SQLAlchemy's own parameter handling)
+    precompiled_insert: ClassVar[bool] = False
     # characters LIKE treats as wildcards besides the escape character (SQL Server adds "[")
     like_specials: ClassVar[str] = "%_"
     # the database can wake workers in other processes when a due message is offered (its
@@ -74,6 +77,7 @@ class QueueDao:
 
     def __init__(self, table: sa.Table) -> None:
         self.table = t = table
+        self._insert_sql: dict[tuple[str, int], tuple[str, list[str] | None]] = {}
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
                                t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries)
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
@@ -180,12 +184,39 @@ class QueueDao:
         """Insert rows all or nothing: one multi-row statement, which a duplicate key undoes
         whole. (Driver executemany can run row by row, or split a large batch, and leave the
         rows before a failure, which the retry round would then take for someone else's.)"""
-        conn.execute(sa.insert(self.table).values(self.row_params(pkind, rows, now_ms)))
+        params = self.row_params(pkind, rows, now_ms)
+        if not self.precompiled_insert:
+            conn.execute(sa.insert(self.table).values(params))
+            return
+        # SQLAlchemy spends most of such an offer building and compiling the statement's
+        # hundreds of bound parameters; its text depends only on the row count, so it is
+        # compiled once per count and the driver gets the values as they are
+        sql, names = self._multirow_insert(conn.dialect, len(rows))
+        values = [row[column] for row in params for column in _INSERT_COLUMNS]
+        conn.exec_driver_sql(
+            sql, tuple(values) if names is None else dict(zip(names, values, strict=True)))
+
+    def _multirow_insert(self, dialect: sa.Dialect, n: int) -> tuple[str, list[str] | None]:
+        """The SQL of an n-row INSERT and its parameter names (None: positional, in order)."""
+        key = (dialect.paramstyle, n)
+        if key not in self._insert_sql:
+            stmt = sa.insert(self.table).values([
+                {c: sa.bindparam(f"{c}_{i}") for c in _INSERT_COLUMNS} for i in range(n)])
+            compiled = stmt.compile(dialect=dialect)
+            names = [f"{c}_{i}" for i in range(n) for c in _INSERT_COLUMNS]
+            if compiled.positional:
+                assert list(compiled.positiontup) == names  # the order the values come in
+                names = None
+            self._insert_sql[key] = (compiled.string, names)
+        return self._insert_sql[key]
 
     def select_existing(self, pkind: str, keys: Sequence[str]) -> sa.Select:
         t = self.table
+        # one expanding parameter, not one per key: the statement stays cached whatever the
+        # keys, where a literal list is built and compiled anew for every call
         return (sa.select(t.c.pkey, t.c.payload, t.c.scheduled_at_initially)
-                .where(t.c.pkind == pkind, t.c.pkey.in_(keys))
+                .where(t.c.pkind == pkind,
+                       t.c.pkey.in_(sa.bindparam("keys", list(keys), expanding=True)))
                 .with_for_update())
 
     def update_changed(self, pkind: str, rows: Sequence[OfferRow],
@@ -315,6 +346,10 @@ class QueueDao:
             count(sa.and_(later, t.c.lock_uuid.is_not(None))).label("in_flight"),
             sa.func.min(sa.case((due, t.c.scheduled_at))).label("oldest_due"),
         ).where(t.c.pkind == pkind)
+
+
+_INSERT_COLUMNS = ("pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially",
+                   "lock_uuid", "created_at", "deliveries")
 
 
 def chunked(items: Sequence, size: int) -> list[Sequence]:

@@ -40,6 +40,7 @@ def _payload(type_, compiler, **kw):
 class MySQLQueueDao(QueueDao):
     name = "mysql"
     offer_chunk = 1000
+    precompiled_insert = True
     duplicate_key_codes = frozenset({1062})
     transient_codes = frozenset({1213, 1205})  # deadlock, lock wait timeout
     missing_table_codes = frozenset({1146})

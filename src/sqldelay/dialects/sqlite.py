@@ -29,6 +29,7 @@ class SQLiteQueueDao(QueueDao):
     offer_chunk = 500  # 9 parameters a row, under SQLite's 32766-parameter limit
     in_list_max = 10000
     skip_locked = False
+    precompiled_insert = True
     duplicate_key_codes = frozenset({1555, 2067})  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
     transient_codes = _BUSY
     missing_table_codes = frozenset({_NO_SUCH_TABLE})

@@ -17,10 +17,10 @@ CREATE TABLE delayed_queue_dead ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCH
 CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
 
 -- offer 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:pkey_1_1, :pkey_1_2, :pkey_1_3) FOR UPDATE;
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE;
 
 -- offer 1
-INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries) VALUES (:pkind_m0, :pkey_m0, :payload_m0, :scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, :deliveries_m0);
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0);
 
 -- offer 2
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries) VALUES (:pkind_m0, :pkey_m0, :payload_m0, :scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, :deliveries_m0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = :param_1, created_at = VALUES(created_at), deliveries = :param_2;
