@@ -298,7 +298,10 @@ class Worker:
                 self._handled += 1
                 if ok:
                     self._to_ack.append(envelope)
-                self._cond.notify_all()
+                if not self._buffer:
+                    # only an empty buffer concerns the waiters (the fetcher refills it, drain
+                    # and shutdown wait for the running set): waking them per message is costly
+                    self._cond.notify_all()
 
     def _process(self, envelope: Envelope) -> bool:
         self._events.emit("started", envelope)
