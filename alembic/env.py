@@ -1,8 +1,9 @@
 """Alembic environment for the sqldelay queue table.
 
 The database URL comes from ``-x url=…`` or the SQLDELAY_URL environment variable; the table
-name from ``-x table=…`` (default ``delayed_queue``). Each queue table keeps its migration state
-in its own version table, ``<table>_alembic``, so sqldelay's migrations never mix with the
+name from ``-x table=…`` (default ``delayed_queue``), a storage preset from ``-x tuning=…``
+(as ``create_schema(tuning=…)`` takes it). Each queue table keeps its migration state in its
+own version table, ``<table>_alembic``, so sqldelay's migrations never mix with the
 application's own ``alembic_version``.
 """
 
@@ -25,6 +26,7 @@ if not url:
     raise SystemExit("no database URL: pass -x url=DIALECT+DRIVER://… or set SQLDELAY_URL")
 table_name = x_args.get("table", DEFAULT_TABLE)
 config.attributes["table_name"] = table_name
+config.attributes["tuning"] = x_args.get("tuning")  # a create_schema tuning preset
 version_table = f"{table_name}_alembic"
 
 if context.is_offline_mode():

@@ -15,7 +15,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    create_table_op(op, context.config.attributes["table_name"])
+    attributes = context.config.attributes
+    create_table_op(op, attributes["table_name"], tuning=attributes["tuning"])
 
 
 def downgrade() -> None:

@@ -151,14 +151,12 @@ def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
     """Create the queue table and its indexes if absent (idempotent), with a tuning preset."""
     from .dialects import dao_class_for
 
-    if tuning is not None and tuning not in TUNING_PRESETS:
-        raise InvalidArgumentError(
-            f"tuning must be None or one of {', '.join(TUNING_PRESETS)}; got {tuning!r}")
     dao_cls = dao_class_for(engine.dialect)
     table = queue_table(sa.MetaData(), table_name)
+    tuning_ddl = _tuning_ddl(engine.dialect, table, tuning)
     with engine.begin() as conn:
         table.create(conn, checkfirst=True)
-        for ddl in dao_cls.tuning_ddl(table, tuning) if tuning else ():
+        for ddl in tuning_ddl:
             conn.exec_driver_sql(ddl)
         dead_letter_table(table.metadata, table_name).create(conn, checkfirst=True)
     dao_cls.after_create_schema(engine)
@@ -173,12 +171,28 @@ def drop_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> None:
         table.drop(conn, checkfirst=True)
 
 
-def create_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
-    """Create the queue table from inside your own Alembic migration: ``create_table_op(op)``."""
+def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None = None) -> None:
+    """Create the queue table from inside your own Alembic migration: ``create_table_op(op)``,
+    with a tuning preset as ``create_schema`` takes it."""
     _check_table_name(table_name)
+    table = queue_table(sa.MetaData(), table_name)
+    tuning_ddl = _tuning_ddl(op.get_context().dialect, table, tuning)
     op.create_table(table_name, *_columns())
     for name, columns, unique in _indexes(table_name):
         op.create_index(name, table_name, list(columns), unique=unique)
+    for ddl in tuning_ddl:
+        op.execute(ddl)
+
+
+def _tuning_ddl(dialect: sa.Dialect, table: sa.Table, tuning: str | None) -> list[str]:
+    from .dialects import dao_class_for
+
+    if tuning is None:
+        return []
+    if tuning not in TUNING_PRESETS:
+        raise InvalidArgumentError(
+            f"tuning must be None or one of {', '.join(TUNING_PRESETS)}; got {tuning!r}")
+    return dao_class_for(dialect).tuning_ddl(table, tuning)
 
 
 def create_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from sqldelay import create_schema, drop_schema
@@ -56,3 +57,23 @@ def test_migration_builds_what_create_schema_builds(backend_url, engine):
         drop_schema(engine, table_name=by_code)
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {by_migration}_alembic"))
+
+
+def test_migration_takes_the_tuning_preset_and_refuses_an_unknown_one(backend_url, engine):
+    name = unique_name("sqdt")
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        alembic(backend_url, name, "-x", "tuning=bogus", "upgrade", "head")
+    assert b"tuning must be None or one of high-churn" in refused.value.stderr
+    assert shape(backend_url, name) == {}  # refused before anything was created
+    try:
+        alembic(backend_url, name, "-x", "tuning=high-churn", "upgrade", "head")
+        assert "" in shape(backend_url, name)
+        if engine.dialect.name == "postgresql":  # the one database the preset changes
+            with engine.connect() as conn:
+                options = conn.execute(sa.text(
+                    "SELECT reloptions FROM pg_class WHERE relname = :n"), {"n": name}).scalar()
+            assert "autovacuum_vacuum_cost_delay=2" in options
+    finally:
+        alembic(backend_url, name, "downgrade", "base")
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}_alembic"))
