@@ -160,7 +160,8 @@ def test_reads_and_small_writes(dao):
 
 def test_keys_ending_in_a_space_are_refused_before_anything_is_sent():
     # no server behind this URL: a call that reached the database would fail differently
-    queue = DelayedQueue(sa.create_engine("mssql+pyodbc://sa:pw@127.0.0.1:1/none"), "q")
+    url = "mssql+pyodbc://sa:pw@127.0.0.1:1/none?driver=ODBC+Driver+18+for+SQL+Server"
+    queue = DelayedQueue(sa.create_engine(url), "q")
     calls = [lambda: queue.offer_many([Message("ok", 1), Message("key ", 1)]),
              lambda: queue.get("key "), lambda: queue.contains("key "),
              lambda: queue.drop("key ")]
