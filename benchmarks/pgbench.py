@@ -7,8 +7,7 @@ wrapped without changing what the database does:
 
 - the claim is our statement verbatim inside ``WITH c AS (...) SELECT array_agg(id)``, which
   hands the claimed ids to the next command in one row;
-- the batched ack is our DELETE with its expanding ``IN (...)`` list written as ``= ANY(ids)``
-  (one array parameter instead of one parameter per id: the same index lookups).
+- the batched ack is our DELETE verbatim, its ``= ANY(:ids)`` array filled from the claim.
 
 The offer's three array parameters are built in the statement from ``generate_series``, as
 pgbench has no array variables; everything else is our INSERT … SELECT FROM unnest verbatim.
@@ -81,7 +80,6 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
         ack = compile_sql(dao._ack, constants)
     else:
         ack = compile_sql(dao._ack_many, constants)
-        ack = ack.replace("IN (__[POSTCOMPILE_ids])", "= ANY(:ids::bigint[])")
     return {
         "offer": "\\set base random(1, 1000000000000)\n" + _one_line(offer) + ";\n",
         "drain": "\\set lock random(1, 2000000000)\n" + _one_line(claim) + "\n\\gset\n"

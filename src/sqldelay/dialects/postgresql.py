@@ -84,6 +84,12 @@ class PostgresQueueDao(QueueDao):
             insert.on_conflict_do_nothing(index_elements=["pkind", "pkey"]))
         self._upsert = reporting(upsert)
 
+        # one array parameter instead of an IN-list: the statement text is the same for any
+        # batch, so psycopg parses it once and the server can prepare it
+        self._ack_many = sa.delete(t).where(
+            t.c.lock_uuid == sa.bindparam("lock"),
+            t.c.id == sa.any_(sa.bindparam("ids", type_=pg.ARRAY(sa.BigInteger))))
+
         picked = (
             sa.select(t.c.id, t.c.scheduled_at)
             .where(t.c.pkind == sa.bindparam("b_kind"), t.c.scheduled_at <= sa.bindparam("b_now"))

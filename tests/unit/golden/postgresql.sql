@@ -29,7 +29,7 @@ WITH picked AS MATERIALIZED (SELECT delayed_queue.id AS id, delayed_queue.schedu
 DELETE FROM delayed_queue WHERE delayed_queue.id = :id::BIGINT AND delayed_queue.lock_uuid = :lock::VARCHAR;
 
 -- ack_many 0
-DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock::VARCHAR AND delayed_queue.id IN (:ids_1::BIGINT, :ids_2::BIGINT);
+DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock::VARCHAR AND delayed_queue.id = ANY (:ids::BIGINT[]);
 
 -- release
 UPDATE delayed_queue SET scheduled_at=:scheduled_at::BIGINT, lock_uuid=:lock_uuid::VARCHAR WHERE delayed_queue.id = :id_1::BIGINT AND delayed_queue.lock_uuid = :lock_uuid_1::VARCHAR;
