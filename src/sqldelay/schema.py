@@ -71,12 +71,24 @@ def _payload_default(type_, compiler, **kw):
 def queue_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
     """The queue table bound to ``metadata``; add it to your own metadata for autogenerate."""
     _check_table_name(table_name)
-    if table_name in metadata.tables:
-        return metadata.tables[table_name]
-    table = sa.Table(table_name, metadata, *_columns())
-    for name, columns, unique in _indexes(table_name):
-        sa.Index(name, *(table.c[c] for c in columns), unique=unique)
+    return _table(metadata, table_name, _columns, _indexes)
+
+
+def _table(metadata: sa.MetaData, name: str, columns, indexes) -> sa.Table:
+    """The table ``name`` in ``metadata``, built from column and index factories if absent."""
+    if name in metadata.tables:
+        return metadata.tables[name]
+    table = sa.Table(name, metadata, *columns())
+    for index, names, unique in indexes(name):
+        sa.Index(index, *(table.c[c] for c in names), unique=unique)
     return table
+
+
+def _create_table_op(op, name: str, columns, indexes) -> None:
+    """The same table created from an Alembic migration."""
+    op.create_table(name, *columns())
+    for index, names, unique in indexes(name):
+        op.create_index(index, name, list(names), unique=unique)
 
 
 def _columns() -> list[sa.Column]:
@@ -113,13 +125,7 @@ def dead_letter_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) ->
     error and how many attempts were made.
     """
     _check_table_name(table_name)
-    name = f"{table_name}_dead"
-    if name in metadata.tables:
-        return metadata.tables[name]
-    table = sa.Table(name, metadata, *_dead_letter_columns())
-    for index, columns, unique in _dead_letter_indexes(name):
-        sa.Index(index, *(table.c[c] for c in columns), unique=unique)
-    return table
+    return _table(metadata, f"{table_name}_dead", _dead_letter_columns, _dead_letter_indexes)
 
 
 def _dead_letter_columns() -> list[sa.Column]:
@@ -177,9 +183,7 @@ def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None =
     _check_table_name(table_name)
     table = queue_table(sa.MetaData(), table_name)
     tuning_ddl = _tuning_ddl(op.get_context().dialect, table, tuning)
-    op.create_table(table_name, *_columns())
-    for name, columns, unique in _indexes(table_name):
-        op.create_index(name, table_name, list(columns), unique=unique)
+    _create_table_op(op, table_name, _columns, _indexes)
     for ddl in tuning_ddl:
         op.execute(ddl)
 
@@ -198,10 +202,7 @@ def _tuning_ddl(dialect: sa.Dialect, table: sa.Table, tuning: str | None) -> lis
 def create_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """Create the dead-letter table of queue table ``table_name`` from an Alembic migration."""
     _check_table_name(table_name)
-    name = f"{table_name}_dead"
-    op.create_table(name, *_dead_letter_columns())
-    for index, columns, unique in _dead_letter_indexes(name):
-        op.create_index(index, name, list(columns), unique=unique)
+    _create_table_op(op, f"{table_name}_dead", _dead_letter_columns, _dead_letter_indexes)
 
 
 def drop_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
