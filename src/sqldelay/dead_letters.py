@@ -86,7 +86,7 @@ class DeadLetters:
         t = self.table
         stmt = sa.select(t).order_by(t.c.failed_at, t.c.id).limit(limit)
         if queue is not None:
-            stmt = stmt.where(_of_queue(t, queue))
+            stmt = stmt.where(self._of_queue(queue))
         rows = self.executor.run(lambda conn: conn.execute(stmt).fetchall(), write=False,
                                  connection=connection)
         return [_dead_letter(r) for r in rows]
@@ -96,7 +96,7 @@ class DeadLetters:
         t = self.table
         stmt = sa.select(sa.func.count()).select_from(t)
         if queue is not None:
-            stmt = stmt.where(_of_queue(t, queue))
+            stmt = stmt.where(self._of_queue(queue))
         return int(self.executor.run(lambda conn: conn.execute(stmt).scalar(), write=False,
                                      connection=connection))
 
@@ -133,22 +133,21 @@ class DeadLetters:
                              for chunk in chunked(ids, self.dao.in_list_max)),
             write=True, connection=connection)
 
+    def _of_queue(self, queue: str) -> sa.ColumnElement[bool]:
+        if not isinstance(queue, str) or not queue:
+            raise InvalidArgumentError(f"queue must be a non-empty name, got {queue!r}")
+        # pkind is "<queue>|<type name>"
+        return self.dao.prefix_match(self.table.c.pkind, f"{queue}|")
+
     def ids(self, queue: str | None = None, *,
             connection: sa.Connection | None = None) -> list[int]:
         """Every dead letter id, of one queue name or of all (for "requeue/drop them all")."""
         t = self.table
         stmt = sa.select(t.c.id).order_by(t.c.id)
         if queue is not None:
-            stmt = stmt.where(_of_queue(t, queue))
+            stmt = stmt.where(self._of_queue(queue))
         return list(self.executor.run(lambda conn: conn.execute(stmt).scalars().all(),
                                       write=False, connection=connection))
-
-
-def _of_queue(t: sa.Table, queue: str) -> sa.ColumnElement[bool]:
-    if not isinstance(queue, str) or not queue:
-        raise InvalidArgumentError(f"queue must be a non-empty name, got {queue!r}")
-    # pkind is "<queue>|<type name>"; autoescape makes "%" and "_" in the name literal
-    return t.c.pkind.startswith(f"{queue}|", autoescape=True)
 
 
 def _dead_letter(row) -> DeadLetter:

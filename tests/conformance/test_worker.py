@@ -21,6 +21,8 @@ from sqldelay import (
     WorkerListener,
 )
 
+from ..conftest import unique_name
+
 S = timedelta(seconds=1)
 MS = timedelta(milliseconds=1)
 
@@ -390,3 +392,18 @@ def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_ur
     assert DeadLetters.of(q).count(q.name) == 0
     with pytest.raises(SystemExit, match="ids or --all"):
         main(["dead-letters", "requeue", *db])
+
+
+def test_dead_letters_of_queues_whose_names_differ_in_case_or_wildcards_stay_apart(make_queue):
+    names = [unique_name("Mail"), None, None]
+    names[1] = names[0].lower()
+    names[2] = names[0].replace("_", "%", 1)
+    queues = [make_queue(name) for name in names]
+    for q in queues:
+        q.offer("k", q.name)
+        assert DeadLetters.of(q).bury(q.poll(), "gave up")
+    dead = DeadLetters.of(queues[0])
+    for q in queues:
+        assert [d.payload for d in dead.list(q.name)] == [f'"{q.name}"'.encode()]
+        assert dead.count(q.name) == 1
+    dead.drop(dead.ids(queues[0].name) + dead.ids(queues[1].name) + dead.ids(queues[2].name))

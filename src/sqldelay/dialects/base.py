@@ -303,11 +303,11 @@ class QueueDao:
 
     # ---- key prefixes (cron schedules live under "{prefix}/...") ---------------------------
 
-    def key_prefix_match(self, prefix: str) -> sa.ColumnElement[bool]:
-        """``pkey`` starts with ``prefix`` taken literally: LIKE metacharacters are escaped."""
+    def prefix_match(self, column: sa.ColumnElement, prefix: str) -> sa.ColumnElement[bool]:
+        """``column`` starts with ``prefix`` taken literally: LIKE metacharacters are escaped."""
         special = set(self.like_specials) | {LIKE_ESCAPE}
         escaped = "".join(LIKE_ESCAPE + c if c in special else c for c in prefix)
-        return self.table.c.pkey.like(escaped + "%", escape=LIKE_ESCAPE)
+        return column.like(escaped + "%", escape=LIKE_ESCAPE)
 
     def delete_key_prefix(self, pkind: str, prefix: str, now_ms: int, *,
                           keep_prefix: str | None = None, only_future: bool = False) -> sa.Delete:
@@ -319,9 +319,9 @@ class QueueDao:
         """
         t = self.table
         in_flight = sa.and_(t.c.lock_uuid.is_not(None), t.c.scheduled_at > now_ms)
-        where = [t.c.pkind == pkind, self.key_prefix_match(prefix), sa.not_(in_flight)]
+        where = [t.c.pkind == pkind, self.prefix_match(t.c.pkey, prefix), sa.not_(in_flight)]
         if keep_prefix is not None:
-            where.append(sa.not_(self.key_prefix_match(keep_prefix)))
+            where.append(sa.not_(self.prefix_match(t.c.pkey, keep_prefix)))
         if only_future:
             where.append(t.c.scheduled_at > now_ms)
         return sa.delete(t).where(*where)
@@ -330,7 +330,7 @@ class QueueDao:
         """Keys, requested due times and lock state of the messages under ``prefix``."""
         t = self.table
         return (sa.select(t.c.pkey, t.c.scheduled_at_initially, t.c.scheduled_at, t.c.lock_uuid)
-                .where(t.c.pkind == pkind, self.key_prefix_match(prefix)))
+                .where(t.c.pkind == pkind, self.prefix_match(t.c.pkey, prefix)))
 
     def select_stats(self, pkind: str, now_ms: int) -> sa.Select:
         t = self.table

@@ -46,10 +46,10 @@ class SQLiteQueueDao(QueueDao):
         if not getattr(dbapi, "in_transaction", False):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    def key_prefix_match(self, prefix: str) -> sa.ColumnElement[bool]:
+    def prefix_match(self, column: sa.ColumnElement, prefix: str) -> sa.ColumnElement[bool]:
         # SQLite's LIKE folds ASCII case; the substr comparison makes the match exact
-        return sa.and_(super().key_prefix_match(prefix),
-                       sa.func.substr(self.table.c.pkey, 1, len(prefix)) == prefix)
+        return sa.and_(super().prefix_match(column, prefix),
+                       sa.func.substr(column, 1, len(prefix)) == prefix)
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | str | None:
