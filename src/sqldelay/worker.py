@@ -246,8 +246,6 @@ class Worker:
             if self._stop.is_set():
                 return
             self._wake.clear()  # before the poll: a wake-up after it is not lost
-            if not self._patiently(self._flush_acks):
-                return
             batch = self._patiently(lambda: self.queue.poll_many(self.batch_size))
             if batch is None:
                 return
@@ -257,6 +255,10 @@ class Worker:
                 with self._cond:
                     self._buffer.extend(batch)
                     self._cond.notify_all()
+            # the acks of the batch before go out while the handlers work on this one
+            if not self._patiently(self._flush_acks):
+                return
+            if batch:
                 continue
             if until_idle:
                 if self._wait_until_quiet():
