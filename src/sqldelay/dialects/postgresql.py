@@ -38,6 +38,9 @@ PG_CHURN = {
 }
 
 
+_ARRAYS = ("keys", "payloads", "ats")  # the offer's array parameters
+
+
 class PostgresQueueDao(QueueDao):
     name = "postgresql"
     offer_chunk = 5000
@@ -51,6 +54,7 @@ class PostgresQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         t = table
+        self._offer_cache: dict[tuple[str, bool], tuple[str, dict]] = {}
         kind = sa.bindparam("b_kind", type_=sa.Text)
         now = sa.bindparam("b_now", type_=sa.BigInteger)
         rows = sa.func.unnest(
@@ -165,10 +169,27 @@ class PostgresQueueDao(QueueDao):
                 continue
             params = {"b_kind": pkind, "b_now": now_ms, "keys": [r.key for r in group],
                       "payloads": [r.payload for r in group], "ats": [r.at_ms for r in group]}
-            stmt = self._upsert if update else self._insert_absent
-            for key, inserted, _ in conn.execute(stmt, params):
+            sql, constants = self._offer_sql(conn.dialect, update)
+            for key, inserted, _ in conn.exec_driver_sql(sql, {**constants, **params}):
                 outcome[key] = OfferOutcome.CREATED if inserted else OfferOutcome.UPDATED
         return [outcome.get(r.key, OfferOutcome.IGNORED) for r in rows]
+
+    def _offer_sql(self, dialect: sa.Dialect, update: bool) -> tuple[str, dict]:
+        """The offer statement's SQL for the driver, with its constant parameters.
+
+        psycopg sends the three arrays in binary format when their placeholders say so
+        (``%(name)b``); in text format it escapes every element with a regular expression,
+        which made the arrays a fifth of an offer_many's time. SQLAlchemy's compiler writes
+        every placeholder as text, so the compiled SQL is adjusted once and kept."""
+        key = (dialect.paramstyle, update)
+        if key not in self._offer_cache:
+            compiled = (self._upsert if update else self._insert_absent).compile(dialect=dialect)
+            sql = compiled.string
+            if dialect.paramstyle == "pyformat":
+                for name in _ARRAYS:
+                    sql = sql.replace(f"%({name})s", f"%({name})b")
+            self._offer_cache[key] = (sql, dict(compiled.params))
+        return self._offer_cache[key]
 
     def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
               until_ms: int) -> list[ClaimedRow]:
