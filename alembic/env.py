@@ -2,7 +2,8 @@
 
 The database URL comes from ``-x url=…`` or the SQLDELAY_URL environment variable; the table
 name from ``-x table=…`` (default ``delayed_queue``), a storage preset from ``-x tuning=…``
-(as ``create_schema(tuning=…)`` takes it). Each queue table keeps its migration state in its
+(as ``create_schema(tuning=…)`` takes it); for offline SQL (``--sql``) of a mysql:// URL,
+``-x flavor=mysql`` or ``-x flavor=mariadb``. Each queue table keeps its migration state in its
 own version table, ``<table>_alembic``, so sqldelay's migrations never mix with the
 application's own ``alembic_version``.
 """
@@ -30,6 +31,16 @@ config.attributes["tuning"] = x_args.get("tuning")  # a create_schema tuning pre
 version_table = f"{table_name}_alembic"
 
 if context.is_offline_mode():
+    # Offline there is no server to ask whether a mysql:// URL means MySQL or MariaDB, and
+    # the key column's binary collation differs: -x flavor=mysql|mariadb says which
+    parsed = sa.make_url(url)
+    flavor = x_args.get("flavor")
+    if parsed.get_backend_name() in ("mysql", "mariadb"):
+        if flavor not in ("mysql", "mariadb") and parsed.get_backend_name() == "mysql":
+            raise SystemExit("offline SQL for a mysql:// URL needs -x flavor=mysql or "
+                             "-x flavor=mariadb: the key column's collation differs")
+        if flavor == "mariadb":
+            url = parsed.set(drivername=parsed.drivername.replace("mysql", "mariadb", 1))
     context.configure(url=url, literal_binds=True, version_table=version_table)
     with context.begin_transaction():
         context.run_migrations()

@@ -150,6 +150,17 @@ def test_dead_letter_move_is_skipped_when_the_lock_was_lost(make_queue, clock):
     assert q.get("k").payload == 2
 
 
+def test_a_long_error_of_four_byte_characters_fits_the_dead_letter(make_queue):
+    # 3,000 characters outside the BMP (4 bytes in UTF-8, 2 units in UTF-16) and a NUL, which
+    # PostgreSQL text cannot hold: stored cut to the column's 2,000 characters, NUL replaced
+    q = make_queue()
+    q.offer("k", 1)
+    error = "\x00" + "🦄" * 3000
+    assert DeadLetters.of(q).bury(q.poll(), error) is True
+    [dead] = DeadLetters.of(q).list(q.name)
+    assert dead.last_error == "\ufffd" + "🦄" * 1998 + "…"
+
+
 @pytest.fixture
 def side_table(engine, table_name):
     table = sa.Table(f"{table_name}_side", sa.MetaData(),

@@ -16,7 +16,7 @@ from sqldelay.dialects import ErrorKind, OfferRow, dao_class_for
 from sqldelay.dialects.mssql import MSSQLQueueDao
 from sqldelay.errors import InvalidArgumentError
 from sqldelay.messages import Message, OfferOutcome
-from sqldelay.schema import queue_table
+from sqldelay.schema import dead_letter_table, queue_table
 
 from .dao_recorder import RecordingConnection, ddl, parses, render, row
 
@@ -56,6 +56,21 @@ def test_schema_ddl(dao):
         "CREATE INDEX dq_lock_ix ON dq (lock_uuid)",
     ]
     assert_tsql(statements)
+
+
+def test_dead_letter_ddl_holds_2000_characters_of_any_text(dao):
+    # 2000 characters outside the BMP take 4000 UTF-16 units
+    dead = dead_letter_table(dao.table.metadata, dao.table.name)
+    statement = ddl(dead, DIALECT)[0]
+    assert statement == (
+        "CREATE TABLE dq_dead ( id BIGINT NOT NULL IDENTITY, "
+        "pkind NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL, "
+        "pkey NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL, "
+        "payload VARBINARY(MAX) NOT NULL, scheduled_at_initially BIGINT NOT NULL, "
+        "created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, "
+        "last_error NVARCHAR(4000) NULL, failed_at BIGINT NOT NULL, PRIMARY KEY (id) )"
+    )
+    assert_tsql([statement])
 
 
 def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
@@ -198,6 +213,24 @@ def pyodbc_error(cls_name: str, sqlstate: str, text: str, native: int) -> sa.exc
      "another process and has been chosen as the deadlock victim. Rerun the transaction.",
      1205, ErrorKind.TRANSIENT),
     ("Error", "HY000", "Lock request time out period exceeded.", 1222, ErrorKind.TRANSIENT),
+    ("Error", "HY000", "Snapshot isolation transaction aborted due to update conflict. You "
+     "cannot use snapshot isolation to access table 'dbo.dq' directly or indirectly in "
+     "database 'test' to update, delete, or insert the row that has been modified or deleted "
+     "by another transaction. Retry the transaction or change the isolation level for the "
+     "update/delete statement.", 3960, ErrorKind.TRANSIENT),
+    # Azure SQL's transient faults, as its documentation lists them
+    ("OperationalError", "HY000", "Database 'test' on server 'srv' is not currently "
+     "available. Please retry the connection later.", 40613, ErrorKind.TRANSIENT),
+    ("OperationalError", "HY000", "The service is currently busy. Retry the request after 10 "
+     "seconds.", 40501, ErrorKind.TRANSIENT),
+    ("Error", "HY000", "Resource ID : 1. The request limit for the database is 60 and has been "
+     "reached.", 10928, ErrorKind.TRANSIENT),
+    ("Error", "HY000", "Resource ID : 1. The min guarantee is 0, max limit is 60 and the "
+     "current usage for the database is 60. However, the server is currently too busy to "
+     "support requests greater than 60 for this database.", 10929, ErrorKind.TRANSIENT),
+    *[("Error", "HY000", "The operation cannot be processed because there are too many "
+       "operations in progress for the elastic pool.", code, ErrorKind.TRANSIENT)
+      for code in (49918, 49919, 49920)],
     ("ProgrammingError", "42S02", "Invalid object name 'dq'.", 208, ErrorKind.MISSING_TABLE),
     ("ProgrammingError", "42000", "Incorrect syntax near 'x'.", 102, ErrorKind.OTHER),
 ])
