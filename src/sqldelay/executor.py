@@ -42,17 +42,20 @@ class Executor:
         )
 
     def run(self, op: Callable[[sa.Connection], T], *, write: bool,
-            connection: sa.Connection | None = None, one_statement: bool = False) -> T:
+            connection: sa.Connection | None = None, one_statement: bool = False,
+            offer: bool = False) -> T:
         """Run ``op`` in a transaction of its own, or in ``connection``'s. ``one_statement``
         says ``op`` sends a single statement, which is atomic alone: where the dialect gains
-        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips."""
+        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips.
+        ``offer`` says ``op`` offers messages, which some databases do at another isolation
+        level (``QueueDao.begin_offer``); the caller's own transaction keeps its level."""
         try:
             if connection is not None:
                 return op(connection)
             if one_statement and self._autocommit is not None:
                 attempt = partial(self._alone, op)
             else:
-                attempt = partial(self._once, op, write)
+                attempt = partial(self._once, op, write, offer)
             try:
                 return attempt()
             except sa.exc.DBAPIError as exc:
@@ -70,8 +73,10 @@ class Executor:
                 ) from exc
             raise
 
-    def _once(self, op: Callable[[sa.Connection], T], write: bool) -> T:
+    def _once(self, op: Callable[[sa.Connection], T], write: bool, offer: bool) -> T:
         with self.engine.connect() as conn:
+            if offer:
+                self.dao.begin_offer(conn)
             if write:
                 self.dao.begin_write(conn)
             result = op(conn)

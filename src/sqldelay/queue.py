@@ -10,13 +10,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .cron import CronService
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
+from .dialects.base import ROW_OVERHEAD, PayloadBudget
 from .errors import InvalidArgumentError
 from .executor import Executor
 from .messages import Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
-from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, queue_table
+from .schema import DEFAULT_TABLE, KIND_LENGTH, queue_table
 from .serializers import JsonSerializer, Serializer, encode_payload
 
 MAX_QUEUE_NAME = 60
@@ -29,15 +31,14 @@ class DelayedQueue:
     def __init__(self, engine: sa.Engine, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None) -> None:
-        if not isinstance(name, str) or not name or len(name) > MAX_QUEUE_NAME:
-            raise InvalidArgumentError(
-                f"queue name must be 1 to {MAX_QUEUE_NAME} characters, got {name!r}")
+        check_text(name, "queue name", MAX_QUEUE_NAME)
         self.serializer = serializer if serializer is not None else JsonSerializer()
-        type_name = getattr(self.serializer, "type_name", None)
-        if not isinstance(type_name, str) or not type_name or len(type_name) > _TYPE_NAME_MAX:
+        check_text(getattr(self.serializer, "type_name", None), "serializer.type_name",
+                   _TYPE_NAME_MAX)
+        type_name = self.serializer.type_name
+        if "|" in type_name:  # the separator of queue name and type name in pkind
             raise InvalidArgumentError(
-                f"serializer.type_name must be 1 to {_TYPE_NAME_MAX} characters, got "
-                f"{type_name!r}")
+                f"serializer.type_name must not contain '|', got {type_name!r}")
         self._acquire_ms = duration_ms(acquire_timeout, "acquire_timeout")
         if self._acquire_ms < 1:
             raise InvalidArgumentError("acquire_timeout must be positive")
@@ -71,15 +72,24 @@ class DelayedQueue:
                    connection: sa.Connection | None = None) -> list[OfferOutcome]:
         """Offer many messages, one round trip (or a few) per chunk; outcomes in input order.
 
-        A key that appears twice is applied in order, as two offers would be.
+        A key that appears twice is applied in order, as two offers would be. Each chunk's
+        keys, and the chunks, go in the database's lock order, so producers of overlapping
+        batches cannot deadlock on each other.
         """
         now = self.now_ms()
         rows = [self._row(i, m, now) for i, m in enumerate(messages)]
-        chunks = [chunk for positions in _rounds_of_distinct_keys(rows)
-                  for chunk in _chunks(positions, rows, self.dao.offer_chunk,
-                                       self.dao.offer_chunk_bytes)]
+        if not rows:
+            return []
+        rounds = [sorted(positions, key=lambda i: self.dao.lock_order(rows[i].key))
+                  for positions in _rounds_of_distinct_keys(rows)]
+        static = PayloadBudget(self.dao.max_payload_bytes, self.dao.offer_chunk_bytes)
+        planned = _chunks(rounds, rows, self.dao.offer_chunk, static.statement)
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
+            budget = self.dao.payload_budget(conn)
+            _check_payload_sizes(rows, budget, self.dao.name)
+            chunks = planned if budget.statement == static.statement else _chunks(
+                rounds, rows, self.dao.offer_chunk, budget.statement)
             outcomes: list[OfferOutcome | None] = [None] * len(rows)
             for part in chunks:
                 results = self.dao.offer(conn, self.pkind, [rows[i] for i in part], now)
@@ -87,10 +97,10 @@ class DelayedQueue:
                     outcomes[i] = outcome
             return outcomes
 
-        if not rows:
-            return []
-        one = len(chunks) == 1 and self.dao.offer_is_one_statement([rows[i] for i in chunks[0]])
-        return self.executor.run(op, write=True, connection=connection, one_statement=one)
+        one = (len(planned) == 1
+               and self.dao.offer_is_one_statement([rows[i] for i in planned[0]]))
+        return self.executor.run(op, write=True, connection=connection, one_statement=one,
+                                 offer=True)
 
     def _row(self, index: int, message: Message, now: int) -> OfferRow:
         if not isinstance(message, Message):
@@ -111,8 +121,7 @@ class DelayedQueue:
     def poll_many(self, limit: int, *,
                   connection: sa.Connection | None = None) -> list[Envelope]:
         """Claim up to ``limit`` due messages (earliest first) under one lock id."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise InvalidArgumentError(f"limit must be a positive integer, got {limit!r}")
+        check_positive_int(limit, "limit")
         now = self.now_ms()
         until = now + self._acquire_ms
         lock = str(uuid.uuid4())
@@ -175,7 +184,7 @@ class DelayedQueue:
 
     def check_key(self, key: Any) -> None:
         """Refuse a key this queue cannot store, before the database is touched."""
-        _check_key_shape(key)
+        check_key(key)
         self.dao.check_key(key)
 
     def _check_own(self, envelope: Envelope) -> None:
@@ -246,15 +255,6 @@ class DelayedQueue:
                           in_flight=int(row.in_flight), oldest_due_age=oldest)
 
 
-def _check_key_shape(key: Any) -> None:
-    if not isinstance(key, str):
-        raise InvalidArgumentError(f"key must be a str, got {type(key).__name__}")
-    if not key:
-        raise InvalidArgumentError("key must not be empty")
-    if len(key) > KEY_LENGTH:
-        raise InvalidArgumentError(f"key is {len(key)} characters; the limit is {KEY_LENGTH}")
-
-
 def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:
     """Split positions into rounds in which each key occurs once, preserving order per key."""
     rounds: list[list[int]] = []
@@ -268,20 +268,33 @@ def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:
     return rounds
 
 
-def _chunks(positions: list[int], rows: Sequence[OfferRow], max_rows: int,
+def _chunks(rounds: list[list[int]], rows: Sequence[OfferRow], max_rows: int,
             max_bytes: int) -> list[list[int]]:
-    """Cut positions into chunks of at most ``max_rows`` rows and about ``max_bytes`` of
-    payload (a single larger payload gets a chunk of its own), so statements stay small."""
+    """Cut each round's positions into chunks of at most ``max_rows`` rows and ``max_bytes``
+    of payload and row overhead (a single larger row gets a chunk of its own), so statements
+    stay within what the database accepts."""
     chunks: list[list[int]] = []
-    chunk: list[int] = []
-    size = 0
-    for i in positions:
-        n = len(rows[i].payload)
-        if chunk and (len(chunk) == max_rows or size + n > max_bytes):
+    for positions in rounds:
+        chunk: list[int] = []
+        size = 0
+        for i in positions:
+            n = len(rows[i].payload) + ROW_OVERHEAD
+            if chunk and (len(chunk) == max_rows or size + n > max_bytes):
+                chunks.append(chunk)
+                chunk, size = [], 0
+            chunk.append(i)
+            size += n
+        if chunk:
             chunks.append(chunk)
-            chunk, size = [], 0
-        chunk.append(i)
-        size += n
-    if chunk:
-        chunks.append(chunk)
     return chunks
+
+
+def _check_payload_sizes(rows: Sequence[OfferRow], budget: PayloadBudget, database: str) -> None:
+    """Refuse, before anything is written, a message the database would not take."""
+    if budget.message is None:
+        return
+    for row in rows:
+        if len(row.payload) > budget.message:
+            raise InvalidArgumentError(
+                f"the payload of {row.key!r} is {len(row.payload):,} bytes encoded; {database} "
+                f"takes at most {budget.message:,} ({budget.why})")

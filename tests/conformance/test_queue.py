@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -262,6 +263,65 @@ def test_connection_joins_the_callers_transaction(queue, engine):
 def test_bad_keys(queue, key, problem):
     with pytest.raises(InvalidArgumentError, match=problem):
         queue.offer(key, 1)
+
+
+@pytest.mark.parametrize("key, problem", [
+    ("a\x00b", "contains a NUL character at position 1"),
+    ("a\ud800", "lone surrogate U+D800 at position 1"),
+])
+def test_keys_some_database_cannot_store_are_refused_everywhere(queue, key, problem):
+    # PostgreSQL text holds no NUL; no driver encodes a lone surrogate. Refused before any
+    # I/O on every database, so a key that works on one works on all.
+    queue.offer("kept", 1)
+    with pytest.raises(InvalidArgumentError, match=re.escape(problem)):
+        queue.offer_many([Message("first", 1), Message(key, 2)])
+    with pytest.raises(InvalidArgumentError, match=re.escape(problem)):
+        queue.get(key)
+    assert queue.stats().due == 1 and not queue.contains("first")
+
+
+@pytest.mark.parametrize("name", ["q\x00", "q\udfff"])
+def test_queue_and_type_names_some_database_cannot_store_are_refused(make_queue, name):
+    with pytest.raises(InvalidArgumentError, match="queue name"):
+        make_queue(name)
+
+    class Odd(BytesSerializer):
+        type_name = name
+
+    with pytest.raises(InvalidArgumentError, match="serializer.type_name"):
+        make_queue(serializer=Odd())
+
+
+@pytest.mark.parametrize("serializer, payload", [(BytesSerializer(), b""), (StrSerializer(), "")])
+def test_empty_payloads_are_refused_on_every_database(make_queue, serializer, payload):
+    # Oracle keeps a zero-length value as NULL: an empty payload cannot be stored everywhere
+    queue = make_queue(serializer=serializer)
+    with pytest.raises(PayloadError, match="zero bytes"):
+        queue.offer("empty", payload)
+    assert not queue.contains("empty")
+    assert queue.offer("one byte", b"x" if payload == b"" else "x") is C
+
+
+def test_a_payload_larger_than_the_server_takes_is_refused_before_sending(make_queue, engine):
+    queue = make_queue(serializer=BytesSerializer())
+    with engine.connect() as conn:
+        budget = queue.dao.payload_budget(conn)
+    if budget.message is None or budget.message > 64 << 20:
+        pytest.skip(f"{engine.dialect.name} takes payloads up to {budget.message} bytes: "
+                    "too large to send in a test")
+    # every byte escaped in the statement (zeros): the largest payload still fits
+    assert queue.offer("largest", bytes(budget.message)) is C
+    with pytest.raises(InvalidArgumentError) as refused:
+        queue.offer_many([Message("small", b"1"), Message("too big", bytes(budget.message + 1))])
+    message = str(refused.value)
+    assert f"{budget.message + 1:,} bytes" in message and f"at most {budget.message:,}" in message
+    assert "max_allowed_packet" in message
+    assert not queue.contains("small") and not queue.contains("too big")
+    # a batch of several near the limit is cut so that each statement fits
+    near = [Message(f"near{i}", bytes([i]) * (budget.message - 10)) for i in range(3)]
+    assert queue.offer_many(near) == [C] * 3
+    assert {e.key: len(e.payload) for e in queue.poll_many(10) if e.key.startswith("near")} \
+        == {m.key: budget.message - 10 for m in near}
 
 
 def test_bad_batch_writes_nothing(queue):

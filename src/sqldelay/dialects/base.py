@@ -39,6 +39,22 @@ class OfferRow:
     update: bool
 
 
+# what a row adds to an offer statement besides its payload, at most: a key of 200 characters
+# and a kind of 100, 4 bytes each and escaped in text protocols, numbers and punctuation
+ROW_OVERHEAD = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadBudget:
+    """How much payload the database takes: ``message`` bytes in one message at most (None:
+    no limit short of memory), and ``statement`` bytes per offer statement, counting
+    ``ROW_OVERHEAD`` for each row; ``why`` names the database's limit for error messages."""
+
+    message: int | None
+    statement: int
+    why: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimedRow:
     id: int
@@ -68,6 +84,8 @@ class QueueDao:
     # offers insert through SQL compiled once per row count, the driver binding the values
     # (False where the driver needs SQLAlchemy's own parameter handling)
     precompiled_insert: ClassVar[bool] = False
+    # the largest payload the payload column takes (None: no limit short of memory)
+    max_payload_bytes: ClassVar[int | None] = None
     # characters LIKE treats as wildcards besides the escape character (SQL Server adds "[")
     like_specials: ClassVar[str] = "%_"
     # the database can wake workers in other processes when a due message is offered (its
@@ -106,8 +124,17 @@ class QueueDao:
         """
         return []
 
+    @classmethod
+    def widen_error_text_op(cls, op, table_name: str, online: bool) -> None:
+        """Migration 0003: make ``<table>_dead.last_error`` hold ERROR_LENGTH characters of
+        any text, on databases whose first column type could not (``online``: the migration
+        runs against a live database, which can be inspected first). Nothing to do here."""
+
     def begin_write(self, conn: sa.Connection) -> None:
         """Called first in every transaction sqldelay opens to write."""
+
+    def begin_offer(self, conn: sa.Connection) -> None:
+        """Called before ``begin_write`` in the transactions sqldelay opens to offer."""
 
     # the driver's error codes (as ``error_code`` reads them) for each kind of error
     duplicate_key_codes: ClassVar[frozenset] = frozenset()
@@ -142,6 +169,18 @@ class QueueDao:
         """Refuse a key this database cannot store or tell apart from another (before any I/O)."""
 
     # ---- offer ---------------------------------------------------------------------------
+
+    def payload_budget(self, conn: sa.Connection) -> PayloadBudget:
+        """The payload limits of this database (``conn`` for the ones read from the server)."""
+        return PayloadBudget(self.max_payload_bytes, self.offer_chunk_bytes,
+                             f"the largest value {self.name} stores in the payload column")
+
+    @staticmethod
+    def lock_order(key: str) -> object:
+        """The sort key that puts keys in the order the database locks them in (its index
+        order). Every offer locks its keys in this one order, so two producers of
+        overlapping batches never wait for each other in a circle."""
+        return key
 
     def offer_is_one_statement(self, rows: Sequence[OfferRow]) -> bool:
         """Whether ``offer`` of this chunk sends a single statement (atomic alone)."""

@@ -6,6 +6,7 @@ InnoDB forces is only the column types and the batched update of changed rows.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -13,7 +14,11 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueKey, QueuePayload, QueueText
-from .base import OfferRow, QueueDao
+from .base import ROW_OVERHEAD, OfferRow, PayloadBudget, QueueDao
+
+# max_allowed_packet per connection pool (so per engine, whatever its execution options),
+# read from the server once
+_PACKET_LIMITS: weakref.WeakKeyDictionary[sa.Pool, int] = weakref.WeakKeyDictionary()
 
 
 @compiles(QueueKey, "mysql")
@@ -44,6 +49,31 @@ class MySQLQueueDao(QueueDao):
     duplicate_key_codes = frozenset({1062})
     transient_codes = frozenset({1213, 1205})  # deadlock, lock wait timeout
     missing_table_codes = frozenset({1146})
+
+    def begin_offer(self, conn: sa.Connection) -> None:
+        # At InnoDB's default REPEATABLE READ, the offer's locking read of keys that do not
+        # exist yet takes gap locks, which do not conflict with each other; two producers of
+        # different new keys in one gap (ascending keys: order-1001, order-1002) then each
+        # wait for the other's gap lock to insert: deadlock 1213. READ COMMITTED takes no gap
+        # locks for these reads, and the offer needs no more: it locks the rows it compares,
+        # and a key inserted concurrently still meets the unique index (duplicate error, round
+        # again). SET TRANSACTION applies to the next transaction, which this one is.
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+
+    def payload_budget(self, conn: sa.Connection) -> PayloadBudget:
+        # A statement larger than max_allowed_packet makes the server drop the connection
+        # ("MySQL server has gone away", naming nothing), and measured on MariaDB 10.11 the
+        # server already refuses one whose values add up to half of it (with 16 MiB: one
+        # 8 MiB payload, or two of 5 MiB), so half the packet is what a statement may carry.
+        pool = conn.engine.pool
+        packet = _PACKET_LIMITS.get(pool)
+        if packet is None:
+            packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar())
+            _PACKET_LIMITS[pool] = packet
+        statement = packet // 2 - 64 * 1024
+        return PayloadBudget(statement - ROW_OVERHEAD, min(self.offer_chunk_bytes, statement),
+                             f"half of this server's max_allowed_packet of {packet:,} bytes, "
+                             "less the rest of the statement")
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:

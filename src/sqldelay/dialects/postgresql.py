@@ -44,6 +44,7 @@ _ARRAYS = ("keys", "payloads", "ats")  # the offer's array parameters
 class PostgresQueueDao(QueueDao):
     name = "postgresql"
     offer_chunk = 5000
+    max_payload_bytes = (1 << 30) - 1  # a bytea value stops at 1 GB
     autocommit_one_statement = True
     claim_is_one_statement = True
     duplicate_key_codes = frozenset({"23505"})

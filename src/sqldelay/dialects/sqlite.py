@@ -27,6 +27,7 @@ def _id(type_, compiler, **kw):
 class SQLiteQueueDao(QueueDao):
     name = "sqlite"
     offer_chunk = 500  # 9 parameters a row, under SQLite's 32766-parameter limit
+    max_payload_bytes = 1_000_000_000  # SQLITE_MAX_LENGTH as SQLite is built by default
     in_list_max = 10000
     skip_locked = False
     precompiled_insert = True

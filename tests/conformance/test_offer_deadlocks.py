@@ -1,0 +1,106 @@
+"""Producers must not deadlock each other: not on new keys that share an index gap, not on
+overlapping batches given in different orders.
+
+Deadlocks would be retried when sqldelay owns the transaction, so these tests run the offers
+in transactions of their own (``connection=`` is never retried) and count the deadlocks.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from sqldelay import Message, OfferOutcome
+from sqldelay.dialects import ErrorKind, OfferRow
+
+
+class _PauseAfterLockingRead:
+    """A Connection that waits at ``barrier`` once its first SELECT (the offer's locking read
+    of the keys) has run, so two producers hold what that read locked at the same time."""
+
+    def __init__(self, conn: sa.Connection, barrier: threading.Barrier) -> None:
+        self._conn, self._barrier, self._paused = conn, barrier, False
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def execute(self, statement, *args, **kwargs):
+        result = self._conn.execute(statement, *args, **kwargs)
+        if isinstance(statement, sa.Select) and not self._paused:
+            self._paused = True
+            self._barrier.wait()
+        return result
+
+
+def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(queue, engine):
+    # Ascending new keys after every existing one: under InnoDB's REPEATABLE READ each
+    # producer's locking read takes a gap lock on the same gap, and each insert then waits
+    # for the other's gap lock (error 1213). Every dialect's offer transaction must avoid it.
+    if engine.dialect.name == "sqlite":
+        pytest.skip("one writer at a time: two offer transactions cannot interleave")
+    queue.offer("order-1000", {"n": 1000})
+    reads_first = queue.dao.name != "postgresql"  # PostgreSQL's offer is one statement
+    barrier = threading.Barrier(2, timeout=30)
+    errors: list[BaseException] = []
+    outcomes: list[list[OfferOutcome]] = []
+
+    def produce(key: str) -> None:
+        with engine.connect() as conn:
+            try:
+                queue.dao.begin_offer(conn)
+                queue.dao.begin_write(conn)
+                target = _PauseAfterLockingRead(conn, barrier) if reads_first else conn
+                outcomes.append(queue.dao.offer(
+                    target, queue.pkind, [OfferRow(key, b"{}", 0, True)], 0))
+                conn.commit()
+            except BaseException as exc:
+                errors.append(exc)
+                conn.rollback()
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in ("order-1001", "order-1002")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and outcomes == [[OfferOutcome.CREATED]] * 2
+    assert queue.contains("order-1001") and queue.contains("order-1002")
+
+
+@pytest.mark.slow
+def test_overlapping_batches_in_opposite_orders_do_not_deadlock(queue, engine):
+    # Two producers offer the same 400 keys (half already queued, so updated; half new) in
+    # opposite orders, each in its own transaction, twenty times. Locking in input order
+    # would have them meet in the middle, each holding what the other needs next.
+    if engine.dialect.name == "sqlite":
+        pytest.skip("one writer at a time: two offer transactions cannot interleave")
+    rounds, size = 20, 400
+    deadlocks: list[BaseException] = []
+    other: list[BaseException] = []
+
+    def produce(keys: list[str], n: int, start: threading.Barrier) -> None:
+        batch = [Message(k, {"round": n, "by": keys[0]}) for k in keys]
+        with engine.connect() as conn:
+            try:
+                queue.dao.begin_offer(conn)
+                start.wait()
+                queue.offer_many(batch, connection=conn)
+                conn.commit()
+            except sa.exc.DBAPIError as exc:
+                conn.rollback()
+                (deadlocks if queue.dao.classify(exc) is ErrorKind.TRANSIENT else other).append(exc)
+
+    for n in range(rounds):
+        keys = [f"r{n}-{i:04}" for i in range(size)]
+        queue.offer_many([Message(k, {"round": -1}) for k in keys[::2]])  # half exist already
+        start = threading.Barrier(2, timeout=30)
+        threads = [threading.Thread(target=produce, args=(order, n, start))
+                   for order in (keys, keys[::-1])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert other == []
+    assert deadlocks == []
+    assert queue.stats().due == rounds * size
