@@ -161,6 +161,25 @@ def drain(queue: DelayedQueue, batch: int) -> Callable[[int], None]:
     return work
 
 
+def alternate(rounds: int, subjects: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+    """Measure each subject ``rounds`` times, taking turns (a, b, a, b, ...), so a noisy
+    stretch of the machine's time weighs on every subject alike; the values per subject."""
+    values: dict[str, list[float]] = {name: [] for name in subjects}
+    for _ in range(rounds):
+        for name, measure in subjects.items():
+            values[name].append(measure())
+    return values
+
+
+def spread(values: list[float]) -> dict:
+    """The median of repeated measurements, with their minimum and maximum for the report."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = (ordered[middle] if len(ordered) % 2
+              else (ordered[middle - 1] + ordered[middle]) / 2)
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "runs": len(ordered)}
+
+
 def percentile(sorted_values: list[float], p: float) -> float | None:
     if not sorted_values:
         return None

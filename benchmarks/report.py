@@ -27,7 +27,8 @@ def _rows(figures: list[Figure]) -> list[tuple[str, ...]]:
         value = "-" if f.value is None else f"{f.value:,.1f}"
         ratio = r.get((f.scenario, f.metric, f.subject))
         shown = {k: v for k, v in f.params.items() if not isinstance(v, (list, tuple, dict))}
-        params = " ".join(f"{k}={v}" for k, v in shown.items())
+        params = " ".join(f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in shown.items())
         if f.note:
             params = f"{params} ({f.note})".strip()
         rows.append((f.scenario, f.subject, f.metric, value,

@@ -5,11 +5,12 @@ OPTIONAL ones run only when named with ``--scenario``.
 
 from __future__ import annotations
 
-from . import churn, peers, scaling, spark, steady, throughput, worker
+from . import churn, contention, peers, scaling, spark, steady, throughput, worker
 
 SCENARIOS = {
     "offer": throughput.offer,
     "offer_many": throughput.offer_many,
+    "offer_new_keys": contention.offer_new_keys,
     "poll_ack": throughput.poll_ack,
     "poll_many_ack_many": throughput.poll_many_ack_many,
     "steady": steady.steady,
