@@ -1,8 +1,17 @@
-"""sqldelay: a durable delayed message queue on any SQLAlchemy 2.x engine."""
+"""sqldelay: a durable delayed message queue on any SQLAlchemy 2.x engine.
+
+Two front ends over the same statements: ``DelayedQueue``, ``Worker``, ``CronService`` and
+``DeadLetters`` on a blocking ``Engine``; ``AsyncDelayedQueue``, ``AsyncWorker``,
+``AsyncCronService`` and ``AsyncDeadLetters`` on an asyncio ``AsyncEngine``.
+"""
 
 from .clock import Clock, FakeClock, SystemClock
-from .cron import CronHandle, CronMessage, CronService, InstalledSchedule
-from .dead_letters import DeadLetter, DeadLetters
+from .cron import CronHandle, CronService
+from .cron_async import AsyncCronHandle, AsyncCronService
+from .cron_base import CronMessage, InstalledSchedule
+from .dead_letters import DeadLetters
+from .dead_letters_async import AsyncDeadLetters
+from .dead_letters_base import DeadLetter
 from .errors import (
     InvalidArgumentError,
     PayloadError,
@@ -13,18 +22,30 @@ from .errors import (
 from .listeners import LoggingListener, WorkerListener
 from .messages import Delivery, Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue import DelayedQueue
+from .queue_async import AsyncDelayedQueue
 from .retry import RetryPolicy
-from .schema import create_schema, create_table_op, drop_schema, drop_table_op, queue_table
+from .schema import (
+    create_schema,
+    create_schema_async,
+    create_table_op,
+    drop_schema,
+    drop_schema_async,
+    drop_table_op,
+    queue_table,
+)
 from .serializers import BytesSerializer, JsonSerializer, Serializer, StrSerializer
-from .worker import ProcessingMode, Worker
+from .worker import Worker
+from .worker_async import AsyncWorker
+from .worker_base import ProcessingMode
 
 __all__ = [
-    "BytesSerializer", "Clock", "DeadLetter", "DeadLetters", "DelayedQueue", "Delivery",
-    "Envelope", "FakeClock", "LoggingListener", "ProcessingMode", "RetryPolicy", "Worker",
-    "WorkerListener",
-    "InvalidArgumentError", "JsonSerializer", "Message", "OfferOutcome", "PayloadError",
-    "QueueStats", "QueuedMessage", "SchemaMissingError", "Serializer", "SqlDelayError",
-    "StrSerializer", "SystemClock", "UnsupportedDialectError", "create_schema",
-    "create_table_op", "drop_schema", "drop_table_op", "queue_table",
-    "CronHandle", "CronMessage", "CronService", "InstalledSchedule",
+    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue",
+    "AsyncWorker", "BytesSerializer", "Clock", "CronHandle", "CronMessage", "CronService",
+    "DeadLetter", "DeadLetters", "DelayedQueue", "Delivery", "Envelope", "FakeClock",
+    "InstalledSchedule", "InvalidArgumentError", "JsonSerializer", "LoggingListener", "Message",
+    "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats", "QueuedMessage",
+    "RetryPolicy", "SchemaMissingError", "Serializer", "SqlDelayError", "StrSerializer",
+    "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener", "create_schema",
+    "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",
+    "drop_table_op", "queue_table",
 ]

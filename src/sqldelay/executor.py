@@ -1,9 +1,13 @@
+# Generated from executor_async.py by tools/async_to_sync.py: edit that file, then run
+# `python tools/async_to_sync.py`. Do not edit this one.
 """The engine layer: runs DAO operations on a connection, owns transactions and retries.
 
-An operation given the caller's ``connection`` joins the caller's transaction: it neither
-commits nor retries (a deadlock has already rolled the caller's work back; only the caller
-can redo it). Otherwise each operation gets its own transaction, retried with bounded
-exponential backoff and jitter when the database reports a transient error.
+An operation is a plain function of a SQLAlchemy ``Connection`` (see ``concurrency``):
+the same function serves both front ends. Given the caller's ``connection``, it joins the
+caller's transaction: it neither commits nor retries (a deadlock has already rolled the
+caller's work back; only the caller can redo it). Otherwise each operation gets its own
+transaction, retried with bounded exponential backoff and jitter when the database reports a
+transient error.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from functools import partial
 from typing import TypeVar
 
 import sqlalchemy as sa
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from .concurrency import Connection, Engine, Retrying, run_op
 from .dialects import ErrorKind, QueueDao
 from .errors import SchemaMissingError
 
@@ -24,7 +29,7 @@ log = logging.getLogger("sqldelay")
 
 
 class Executor:
-    def __init__(self, engine: sa.Engine, dao: QueueDao, *, attempts: int = 10,
+    def __init__(self, engine: Engine, dao: QueueDao, *, attempts: int = 10,
                  max_backoff: float = 1.0) -> None:
         self.engine = engine
         self.dao = dao
@@ -42,7 +47,7 @@ class Executor:
         )
 
     def run(self, op: Callable[[sa.Connection], T], *, write: bool,
-            connection: sa.Connection | None = None, one_statement: bool = False,
+            connection: Connection | None = None, one_statement: bool = False,
             offer: bool = False) -> T:
         """Run ``op`` in a transaction of its own, or in ``connection``'s. ``one_statement``
         says ``op`` sends a single statement, which is atomic alone: where the dialect gains
@@ -51,7 +56,7 @@ class Executor:
         level (``QueueDao.begin_offer``); the caller's own transaction keeps its level."""
         try:
             if connection is not None:
-                return op(connection)
+                return run_op(connection, op)
             if one_statement and self._autocommit is not None:
                 attempt = partial(self._alone, op)
             else:
@@ -75,17 +80,21 @@ class Executor:
 
     def _once(self, op: Callable[[sa.Connection], T], write: bool, offer: bool) -> T:
         with self.engine.connect() as conn:
-            if offer:
-                self.dao.begin_offer(conn)
-            if write:
-                self.dao.begin_write(conn)
-            result = op(conn)
-            conn.commit()
-            return result
+            return run_op(conn, partial(self._transaction, op, write, offer))
+
+    def _transaction(self, op: Callable[[sa.Connection], T], write: bool, offer: bool,
+                     conn: sa.Connection) -> T:
+        if offer:
+            self.dao.begin_offer(conn)
+        if write:
+            self.dao.begin_write(conn)
+        result = op(conn)
+        conn.commit()
+        return result
 
     def _alone(self, op: Callable[[sa.Connection], T]) -> T:
         with self._autocommit.connect() as conn:
-            return op(conn)
+            return run_op(conn, op)
 
     def _is_transient(self, exc: BaseException) -> bool:
         return (isinstance(exc, sa.exc.DBAPIError)

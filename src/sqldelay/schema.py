@@ -155,26 +155,72 @@ TUNING_PRESETS = ("high-churn",)
 def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
                   tuning: str | None = None) -> sa.Table:
     """Create the queue table and its indexes if absent (idempotent), with a tuning preset."""
-    from .dialects import dao_class_for
-
-    dao_cls = dao_class_for(engine.dialect)
-    table = queue_table(sa.MetaData(), table_name)
-    tuning_ddl = _tuning_ddl(engine.dialect, table, tuning)
+    schema = _Schema(engine, table_name, tuning)
     with engine.begin() as conn:
-        table.create(conn, checkfirst=True)
-        for ddl in tuning_ddl:
-            conn.exec_driver_sql(ddl)
-        dead_letter_table(table.metadata, table_name).create(conn, checkfirst=True)
-    dao_cls.after_create_schema(engine)
-    return table
+        schema.create(conn)
+    with engine.connect() as conn:
+        schema.after_create(conn)
+    return schema.table
+
+
+async def create_schema_async(engine, *, table_name: str = DEFAULT_TABLE,
+                              tuning: str | None = None) -> sa.Table:
+    """``create_schema`` for an asyncio ``AsyncEngine``: the same DDL, on the async driver."""
+    schema = _Schema(_async_engine(engine, "create_schema"), table_name, tuning)
+    async with engine.begin() as conn:
+        await conn.run_sync(schema.create)
+    async with engine.connect() as conn:
+        await conn.run_sync(schema.after_create)
+    return schema.table
 
 
 def drop_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> None:
     """Drop the queue table, its dead letters and everything in them."""
-    table = queue_table(sa.MetaData(), table_name)
+    schema = _Schema(engine, table_name, None)
     with engine.begin() as conn:
-        dead_letter_table(table.metadata, table_name).drop(conn, checkfirst=True)
-        table.drop(conn, checkfirst=True)
+        schema.drop(conn)
+
+
+async def drop_schema_async(engine, *, table_name: str = DEFAULT_TABLE) -> None:
+    """``drop_schema`` for an asyncio ``AsyncEngine``."""
+    schema = _Schema(_async_engine(engine, "drop_schema"), table_name, None)
+    async with engine.begin() as conn:
+        await conn.run_sync(schema.drop)
+
+
+class _Schema:
+    """The tables of one queue table name, created and dropped on a connection of either
+    front end (the async ones run these through ``run_sync``)."""
+
+    def __init__(self, engine, table_name: str, tuning: str | None) -> None:
+        from .dialects import dao_class_for
+
+        self.dao_cls = dao_class_for(engine.dialect)
+        self.table = queue_table(sa.MetaData(), table_name)
+        self.dead = dead_letter_table(self.table.metadata, table_name)
+        self.tuning_ddl = _tuning_ddl(engine.dialect, self.table, tuning)
+
+    def create(self, conn: sa.Connection) -> None:
+        self.table.create(conn, checkfirst=True)
+        for ddl in self.tuning_ddl:
+            conn.exec_driver_sql(ddl)
+        self.dead.create(conn, checkfirst=True)
+
+    def after_create(self, conn: sa.Connection) -> None:
+        self.dao_cls.after_create_schema(conn)
+
+    def drop(self, conn: sa.Connection) -> None:
+        self.dead.drop(conn, checkfirst=True)
+        self.table.drop(conn, checkfirst=True)
+
+
+def _async_engine(engine, name: str):
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    if not isinstance(engine, AsyncEngine):
+        raise InvalidArgumentError(
+            f"{name}_async needs an AsyncEngine, got {type(engine).__name__}: use {name}")
+    return engine
 
 
 def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None = None) -> None:

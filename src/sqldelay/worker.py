@@ -1,135 +1,66 @@
-"""Worker: hand a function to a queue and have it run reliably, in threads, until stopped.
+# Generated from worker_async.py by tools/async_to_sync.py: edit that file, then run
+# `python tools/async_to_sync.py`. Do not edit this one.
+"""The worker loops of this front end, over the primitives of ``concurrency``.
 
-At-least-once mode (the default): ``run()``'s thread claims batches (each claim committed on
-its own) into a buffer that ``concurrency`` handler threads drain; a handler that returns gets
-its message acked (acks are sent in batches), one that raises gets it released for a retry or
-moved to the dead letters. A crash between handler and ack means a redelivery, never a loss.
-
-Transactional mode: each of ``concurrency`` threads claims a batch in a transaction, runs the
-handler on each message in a savepoint of that transaction (the handler gets the connection),
-and acks the successes in it too: the claim, the handler's writes and the delete commit or roll
-back together, so work that stays in the same database happens exactly once.
-
-When nothing is due a worker sleeps until the earliest due time the queue knows of (at most
-``idle_poll``), or until a wake-up: ``wake()``, or on PostgreSQL a NOTIFY from an offer of a
-message that is due now. ``stop()``, SIGTERM or SIGINT end ``run()``: unstarted messages are
-released at once, running handlers get ``grace_period`` to finish.
+What a worker does (modes, retries, dead letters, shutdown, sleeping and wake-ups) is told in
+``worker_base``, which holds the settings and decisions both front ends share.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import signal
-import threading
 import time
-import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-import sqlalchemy as sa
 from tenacity import (
-    Retrying,
     retry_if_exception,
     stop_after_delay,
     stop_when_event_set,
     wait_random_exponential,
 )
 
-from .checks import check_positive_int
-from .clock import duration_ms
+from .concurrency import (
+    Condition,
+    Connection,
+    Event,
+    HandlerRunner,
+    Lock,
+    Retrying,
+    Spawned,
+    install_signal_handlers,
+    notify_all_soon,
+    run_op,
+    spawn,
+    wait_event,
+)
 from .dead_letters import DeadLetters
-from .dialects import ErrorKind
-from .errors import InvalidArgumentError, UnsupportedDialectError
-from .listeners import Listeners, LoggingListener, WorkerListener
+from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue import DelayedQueue
-from .retry import RetryPolicy
+from .worker_base import MAX_BACKOFF, MIN_IDLE, ProcessingMode, WorkerBase, error_text
 
-T = TypeVar("T")
 log = logging.getLogger("sqldelay.worker")
 
-# the floor of an idle sleep when the earliest due message is already due but was not claimable
-# (another worker's transaction holds it): a short nap, not a busy loop
-_MIN_IDLE = 0.05
-_MAX_BACKOFF = 5.0
 
-
-class ProcessingMode(enum.Enum):
-    AT_LEAST_ONCE = "at_least_once"
-    TRANSACTIONAL = "transactional"
-
-
-def default_retry() -> RetryPolicy:
-    return RetryPolicy.exponential(timedelta(seconds=1), 2, max_delay=timedelta(hours=1),
-                                   max_attempts=10)
-
-
-class Worker:
+class Worker(WorkerBase):
     """Runs ``handler(envelope)`` (transactional mode: ``handler(envelope, connection)``) on
-    every message of ``queue``; returning acks the message, raising retries it."""
+    every message of ``queue``; returning acks the message, raising retries it. The settings
+    are ``WorkerBase``'s; the runner's ``HandlerRunner`` says how a handler is called."""
 
-    def __init__(self, queue: DelayedQueue, handler: Callable[..., Any], *,
-                 concurrency: int = 1, batch_size: int | None = None,
-                 retry: RetryPolicy | None = None,
-                 mode: ProcessingMode = ProcessingMode.AT_LEAST_ONCE,
-                 idle_poll: timedelta = timedelta(seconds=1),
-                 grace_period: timedelta = timedelta(seconds=30),
-                 heartbeat: timedelta | None = None,
-                 listeners: Sequence[WorkerListener] | None = None,
-                 wake_ups: bool = True) -> None:
-        if not isinstance(queue, DelayedQueue):
-            raise InvalidArgumentError(f"queue must be a DelayedQueue, got {queue!r}")
-        if not callable(handler):
-            raise InvalidArgumentError(f"handler must be callable, got {handler!r}")
-        check_positive_int(concurrency, "concurrency")
-        batch_size = concurrency if batch_size is None else batch_size
-        check_positive_int(batch_size, "batch_size")
-        retry = default_retry() if retry is None else retry
-        if not isinstance(retry, RetryPolicy):
-            raise InvalidArgumentError(f"retry must be a RetryPolicy, got {retry!r}")
-        if not isinstance(mode, ProcessingMode):
-            raise InvalidArgumentError(f"mode must be a ProcessingMode, got {mode!r}")
-        if duration_ms(idle_poll, "idle_poll") < 1:
-            raise InvalidArgumentError("idle_poll must be positive")
-        duration_ms(grace_period, "grace_period")
-        if heartbeat is not None:
-            if duration_ms(heartbeat, "heartbeat") < 1:
-                raise InvalidArgumentError("heartbeat must be positive")
-            if heartbeat >= queue.acquire_timeout:
-                raise InvalidArgumentError(
-                    f"heartbeat ({heartbeat}) must be shorter than the queue's acquire_timeout "
-                    f"({queue.acquire_timeout}), or locks expire between beats")
-            if mode is ProcessingMode.TRANSACTIONAL:
-                raise InvalidArgumentError(
-                    "heartbeat is for at-least-once mode: in transactional mode the open "
-                    "transaction holds the messages until it ends")
-        listeners = [LoggingListener()] if listeners is None else list(listeners)
-        for listener in listeners:
-            if not isinstance(listener, WorkerListener):
-                raise InvalidArgumentError(
-                    f"listeners must be WorkerListener instances, got {listener!r}")
+    queue_class = DelayedQueue
 
-        self.queue = queue
-        self.handler = handler
-        self.concurrency = concurrency
-        self.batch_size = batch_size
-        self.retry = retry
-        self.mode = mode
-        self.idle_poll = idle_poll
-        self.grace_period = grace_period
-        self.heartbeat = heartbeat
-        self.wake_ups = wake_ups
+    def __init__(self, queue: DelayedQueue, handler: Callable[..., Any], **settings) -> None:
+        super().__init__(queue, handler, **settings)
         self.dead_letters = DeadLetters.of(queue)
-        self._events = Listeners(listeners)
-
-        self._stop = threading.Event()
-        self._abandon = threading.Event()  # the grace period is over: give up on the database
-        self._wake = threading.Event()
-        self._cond = threading.Condition()
+        self._handlers = HandlerRunner(self.concurrency)
+        self._stop = Event()
+        self._abandon = Event()  # the grace period is over: give up on the database
+        self._wake = Event()
+        self._cond = Condition()
         self._buffer: deque[Envelope] = deque()  # claimed, not started
         self._running: set[Envelope] = set()
         self._to_ack: list[Envelope] = []
@@ -137,16 +68,12 @@ class Worker:
         self._closing = False
         self._handled = 0
         self._fatal: BaseException | None = None
-        self._active = threading.Lock()
-
-    def __repr__(self) -> str:
-        return (f"Worker({self.queue!r}, mode={self.mode.value}, "
-                f"concurrency={self.concurrency}, batch_size={self.batch_size})")
+        self._active = Lock()
 
     # ---- control ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Process messages until ``stop()`` (from another thread), SIGTERM or SIGINT."""
+        """Process messages until ``stop()``, SIGTERM or SIGINT."""
         self._run(until_idle=False)
 
     def drain(self) -> int:
@@ -154,12 +81,10 @@ class Worker:
         return self._run(until_idle=True)
 
     def stop(self) -> None:
-        """Ask ``run()`` to finish: safe from any thread (not from a signal handler itself:
-        ``run()`` installs its own)."""
+        """Ask ``run()`` to finish; see ``WorkerBase`` for what finishing does."""
         self._stop.set()
         self._wake.set()
-        with self._cond:
-            self._cond.notify_all()
+        notify_all_soon(self._cond)
 
     def wake(self) -> None:
         """Look for due messages now instead of at the end of the current idle sleep."""
@@ -168,11 +93,11 @@ class Worker:
     # ---- the run loop ------------------------------------------------------------------------
 
     def _run(self, *, until_idle: bool) -> int:
-        if not self._active.acquire(blocking=False):
+        if self._active.locked():
             raise RuntimeError("this worker is already running")
-        try:
+        with self._active:
             self._reset()
-            restore = {} if until_idle else self._install_signal_handlers()
+            restore = (lambda: None) if until_idle else install_signal_handlers(self.stop)
             helpers = self._start_helpers(until_idle)
             try:
                 if self.mode is ProcessingMode.TRANSACTIONAL:
@@ -182,15 +107,13 @@ class Worker:
             finally:
                 self._stop.set()
                 self._wake.set()
-                for thread in helpers:
-                    thread.join(timeout=1.0)
-                for signum, previous in restore.items():
-                    signal.signal(signum, previous)
+                for helper in helpers:
+                    helper.join(timeout=1.0)
+                restore()
+                self._handlers.close()
             if self._fatal is not None:
                 raise self._fatal
             return self._handled
-        finally:
-            self._active.release()
 
     def _reset(self) -> None:
         self._stop.clear()
@@ -204,29 +127,18 @@ class Worker:
         self._handled = 0
         self._fatal = None
 
-    def _install_signal_handlers(self) -> dict:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def on_signal(signum, frame) -> None:
-            log.info("signal %d: stopping", signum)
-            # stop() takes locks the interrupted code may hold: call it from a fresh thread
-            threading.Thread(target=self.stop, daemon=True).start()
-
-        return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def _start_helpers(self, until_idle: bool) -> list[threading.Thread]:
+    def _start_helpers(self, until_idle: bool) -> list[Spawned]:
         helpers = []
         if self.heartbeat is not None:
-            helpers.append(_start(self._heartbeat_loop, "sqldelay-heartbeat"))
+            helpers.append(spawn(self._heartbeat_loop, "sqldelay-heartbeat"))
         if self.wake_ups and not until_idle and self.queue.dao.notifications:
-            helpers.append(_start(self._listen_loop, "sqldelay-listen"))
+            helpers.append(spawn(self._listen_loop, "sqldelay-listen"))
         return helpers
 
     # ---- at-least-once -----------------------------------------------------------------------
 
     def _run_at_least_once(self, until_idle: bool) -> None:
-        handlers = [_start(self._handler_loop, f"sqldelay-handler-{i}")
+        handlers = [spawn(self._handler_loop, f"sqldelay-handler-{i}")
                     for i in range(self.concurrency)]
         try:
             self._fetch_loop(until_idle)
@@ -310,10 +222,11 @@ class Worker:
         self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
-            self.handler(envelope)
+            self._handlers.call(self.handler, envelope)
         except Exception as exc:
             try:
-                self._patiently(partial(self._fail, envelope, exc, None), until=self._abandon)
+                self._patiently(partial(self._fail, envelope, exc, None),
+                                until=self._abandon)
             except Exception:
                 log.exception("could not record the failure of %s; it comes back when its "
                               "lock expires", envelope.key)
@@ -334,20 +247,20 @@ class Worker:
             raise
         return True
 
-    def _shut_down(self, handlers: list[threading.Thread]) -> None:
+    def _shut_down(self, handlers: list[Spawned]) -> None:
         with self._cond:
-            unstarted = list(self._buffer)
+            unstarted = [*self._buffer]
             self._buffer.clear()
             self._closing = True
             self._cond.notify_all()
         deadline = time.monotonic() + self.grace_period.total_seconds()
         for envelope in unstarted:  # back to the queue at once, not when their locks expire
-            self._until(deadline, lambda e=envelope: self.queue.release(e))
-        for thread in handlers:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            self._until(deadline, partial(self.queue.release, envelope))
+        for handler in handlers:
+            handler.join(max(0.0, deadline - time.monotonic()))
         self._abandon.set()
         self._until(deadline + 5.0, self._flush_acks)
-        still = [t for t in handlers if t.is_alive()]
+        still = [h for h in handlers if h.alive]
         if still:
             log.warning("%d handler(s) still running after the grace period of %s; their "
                         "messages come back when their locks expire", len(still),
@@ -358,20 +271,20 @@ class Worker:
     # ---- transactional -------------------------------------------------------------------------
 
     def _run_transactional(self, until_idle: bool) -> None:
-        loops = [_start(lambda: self._transactional_loop(until_idle), f"sqldelay-tx-{i}")
+        loops = [spawn(partial(self._transactional_loop, until_idle), f"sqldelay-tx-{i}")
                  for i in range(self.concurrency)]
         try:
             if until_idle:
-                for thread in loops:
-                    thread.join()
+                for loop in loops:
+                    loop.join()
             else:
                 self._stop.wait()
         finally:
             self._stop.set()
             deadline = time.monotonic() + self.grace_period.total_seconds()
-            for thread in loops:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            if any(t.is_alive() for t in loops):
+            for loop in loops:
+                loop.join(max(0.0, deadline - time.monotonic()))
+            if any(loop.alive for loop in loops):
                 log.warning("transactional handlers still running after the grace period of "
                             "%s; their transactions roll back when the process exits",
                             self.grace_period)
@@ -401,7 +314,7 @@ class Worker:
     def _transaction_round(self) -> int:
         queue = self.queue
         with queue.engine.connect() as conn:
-            queue.dao.begin_write(conn)
+            run_op(conn, queue.dao.begin_write)
             batch = queue.poll_many(self.batch_size, connection=conn)
             if not batch:
                 conn.rollback()
@@ -417,12 +330,12 @@ class Worker:
                 began = time.perf_counter()
                 try:
                     with conn.begin_nested():
-                        self.handler(envelope, conn)
+                        self._handlers.call_with_connection(self.handler, envelope, conn)
                 except Exception as exc:
                     try:
                         self._fail(envelope, exc, conn)
                     except Exception as problem:
-                        if self._is_outage(problem):
+                        if self.is_outage(problem):
                             raise  # the transaction is gone: the whole round runs again
                         log.exception("could not record the failure of %s; it comes back "
                                       "when its lock expires", envelope.key)
@@ -438,14 +351,15 @@ class Worker:
 
     # ---- failures ------------------------------------------------------------------------------
 
-    def _fail(self, envelope: Envelope, error: Exception, conn: sa.Connection | None) -> None:
+    def _fail(self, envelope: Envelope, error: Exception,
+              conn: Connection | None) -> None:
         """Retry later, or bury after the last allowed attempt (in ``conn``'s transaction when
         given)."""
-        if self.retry.gives_up_after(envelope.attempt):
-            if self.dead_letters.bury(envelope, _error_text(error), connection=conn):
+        delay = self.retry_delay(envelope.attempt)
+        if delay is None:
+            if self.dead_letters.bury(envelope, error_text(error), connection=conn):
                 self._events.emit("dead_lettered", envelope, error)
             return
-        delay = self.retry.delay(envelope.attempt)
         self.queue.release(envelope, delay=delay, connection=conn)
         self._events.emit("failed", envelope, error, delay)
 
@@ -456,12 +370,12 @@ class Worker:
         due = self._patiently(self.queue.next_due)
         if due is not None:
             until_due = (due - self.queue.clock.now()).total_seconds()
-            timeout = min(timeout, max(until_due, _MIN_IDLE))
-        self._wake.wait(timeout)
+            timeout = min(timeout, max(until_due, MIN_IDLE))
+        wait_event(self._wake, timeout)
 
     def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
-        while not self._stop.wait(interval):
+        while not wait_event(self._stop, interval):
             with self._cond:
                 held = [*self._running, *self._buffer]
             for envelope in held:
@@ -482,21 +396,24 @@ class Worker:
 
     # ---- riding out a lost database ------------------------------------------------------------
 
-    def _patiently(self, fn: Callable[[], T], *, until: threading.Event | None = None) -> T | None:
+    def _patiently(self, fn: Callable[[], Any], *, until: Event | None = None) -> Any:
         """Run ``fn``, retrying with backoff while the database is unreachable, until ``until``
         (default: stop) is set; None when it was set first. Other errors propagate."""
         event = self._stop if until is None else until
         if event.is_set():
             return None
         retrying = Retrying(
-            retry=retry_if_exception(self._is_outage),
-            wait=wait_random_exponential(multiplier=0.05, max=_MAX_BACKOFF),
-            stop=stop_when_event_set(event), sleep=event.wait, reraise=True,
+            retry=retry_if_exception(self.is_outage),
+            wait=wait_random_exponential(multiplier=0.05, max=MAX_BACKOFF),
+            stop=stop_when_event_set(event), sleep=partial(wait_event, event), reraise=True,
             before_sleep=self._outage)
+        def attempt() -> Any:  # an async def, so the retrying awaits what fn returns
+            return fn()
+
         try:
-            return retrying(fn)
+            return retrying(attempt)
         except Exception as exc:
-            if self._is_outage(exc) and event.is_set():
+            if self.is_outage(exc) and event.is_set():
                 return None
             raise
 
@@ -509,29 +426,13 @@ class Worker:
     def _until(self, deadline: float, fn: Callable[[], Any]) -> None:
         """Shutdown work: retry through an outage until ``deadline``, then give up (logged)."""
         retrying = Retrying(
-            retry=retry_if_exception(self._is_outage),
+            retry=retry_if_exception(self.is_outage),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())), reraise=True)
+        def attempt() -> Any:
+            return fn()
+
         try:
-            retrying(fn)
+            retrying(attempt)
         except Exception as exc:
             log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)
-
-    def _is_outage(self, exc: BaseException) -> bool:
-        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
-            return True
-        return isinstance(exc, sa.exc.DBAPIError) and (
-            exc.connection_invalidated
-            or self.queue.dao.classify(exc) is ErrorKind.TRANSIENT)
-
-
-def _start(target: Callable[[], None], name: str) -> threading.Thread:
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    thread.start()
-    return thread
-
-
-def _error_text(error: BaseException) -> str:
-    """The error first (it survives truncation), then where it came from."""
-    head = "".join(traceback.format_exception_only(error)).strip()
-    return head + "\n" + "".join(traceback.format_tb(error.__traceback__))

@@ -24,7 +24,7 @@ from sqldelay import (
     InvalidArgumentError,
     OfferOutcome,
 )
-from sqldelay.cron import tick_key
+from sqldelay.cron_base import tick_key
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)

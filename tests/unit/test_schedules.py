@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay import FakeClock, InvalidArgumentError
-from sqldelay.cron import hash_config, tick_key
+from sqldelay.cron_base import hash_config, tick_key
 from sqldelay.dialects import REGISTRY
 from sqldelay.schedules import CronSchedule, PeriodicSchedule, daily
 from sqldelay.schema import queue_table

@@ -9,6 +9,7 @@ A dialect subclass overrides only what its database forces, and says why in a co
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import threading
 from collections.abc import Callable, Sequence
@@ -112,8 +113,9 @@ class QueueDao:
     # ---- hooks around transactions and errors -------------------------------------------
 
     @classmethod
-    def after_create_schema(cls, engine: sa.Engine) -> None:
-        """Database-wide settings the queue wants, applied once by create_schema."""
+    def after_create_schema(cls, conn: sa.Connection) -> None:
+        """Database-wide settings the queue wants, applied by create_schema outside its
+        transaction."""
 
     @classmethod
     def tuning_ddl(cls, table: sa.Table, preset: str) -> list[str]:
@@ -162,6 +164,11 @@ class QueueDao:
                stop: threading.Event) -> None:
         """Block until ``stop`` is set, calling ``on_wake`` once listening has begun and then
         for each wake-up of ``pkind``; raises when the connection is lost."""
+        raise UnsupportedDialectError(f"{self.name} has no notifications")
+
+    async def alisten(self, engine, pkind: str, on_wake: Callable[[], None],
+                      stop: asyncio.Event) -> None:
+        """``listen`` for the asyncio front end (``engine`` an AsyncEngine)."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
     @classmethod

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
 
@@ -55,7 +56,7 @@ class PostgresQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         t = table
-        self._offer_cache: dict[tuple[str, bool], tuple[str, dict]] = {}
+        self._offer_cache: dict[tuple[str, bool], tuple] = {}
         kind = sa.bindparam("b_kind", type_=sa.Text)
         now = sa.bindparam("b_now", type_=sa.BigInteger)
         rows = sa.func.unnest(
@@ -154,6 +155,63 @@ class PostgresQueueDao(QueueDao):
                 if not conn.invalidated:
                     conn.invalidate()  # never hand a listening connection back to the pool
 
+    async def alisten(self, engine, pkind: str, on_wake: Callable[[], None],
+                      stop: asyncio.Event) -> None:
+        """``listen`` for the asyncio front end, through the async driver: asyncpg's
+        ``add_listener`` or psycopg's ``AsyncConnection.notifies``. Called on the event loop;
+        ``on_wake`` is called there too."""
+        async with engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            driver = (await conn.get_raw_connection()).driver_connection
+            try:
+                if hasattr(driver, "add_listener"):
+                    await self._listen_asyncpg(driver, pkind, on_wake, stop)
+                elif hasattr(driver, "notifies"):
+                    await conn.exec_driver_sql(f'LISTEN "{self.channel}"')
+                    await self._listen_psycopg(conn, driver, pkind, on_wake, stop)
+                else:
+                    raise UnsupportedDialectError(
+                        "wake-ups on PostgreSQL need asyncpg (postgresql+asyncpg://) or psycopg "
+                        "(postgresql+psycopg_async://)")
+            finally:
+                if not conn.invalidated:
+                    await conn.invalidate()  # never hand a listening connection back to the pool
+
+    async def _listen_asyncpg(self, driver, pkind: str, on_wake: Callable[[], None],
+                              stop: asyncio.Event) -> None:
+        lost = asyncio.Event()
+
+        def notified(connection, pid, channel, payload) -> None:
+            if payload == pkind:
+                on_wake()
+
+        driver.add_termination_listener(lambda connection: lost.set())
+        await driver.add_listener(self.channel, notified)
+        on_wake()  # whatever was offered before we listened
+        ended = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait())]
+        try:
+            await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in ended:
+                waiter.cancel()
+        if lost.is_set() and not stop.is_set():
+            raise sa.exc.OperationalError("LISTEN", None,
+                                          ConnectionError("the listening connection was lost"))
+
+    async def _listen_psycopg(self, conn, driver, pkind: str, on_wake: Callable[[], None],
+                              stop: asyncio.Event) -> None:
+        on_wake()  # whatever was offered before we listened
+        while not stop.is_set():
+            try:
+                async for note in driver.notifies(timeout=0.5):
+                    if note.payload == pkind:
+                        on_wake()
+                    if stop.is_set():
+                        break
+            except conn.dialect.loaded_dbapi.Error as exc:
+                # the driver's own error, outside SQLAlchemy: say it as SQLAlchemy would
+                raise sa.exc.OperationalError("LISTEN", None, exc) from exc
+
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> str | None:
         return getattr(exc.orig, "sqlstate", None)
@@ -170,13 +228,17 @@ class PostgresQueueDao(QueueDao):
                 continue
             params = {"b_kind": pkind, "b_now": now_ms, "keys": [r.key for r in group],
                       "payloads": [r.payload for r in group], "ats": [r.at_ms for r in group]}
-            sql, constants = self._offer_sql(conn.dialect, update)
-            for key, inserted, _ in conn.exec_driver_sql(sql, {**constants, **params}):
+            sql, constants, order = self._offer_sql(conn.dialect, update)
+            values = {**constants, **params}
+            bound = values if order is None else tuple(values[name] for name in order)
+            for key, inserted, _ in conn.exec_driver_sql(sql, bound):
                 outcome[key] = OfferOutcome.CREATED if inserted else OfferOutcome.UPDATED
         return [outcome.get(r.key, OfferOutcome.IGNORED) for r in rows]
 
-    def _offer_sql(self, dialect: sa.Dialect, update: bool) -> tuple[str, dict]:
-        """The offer statement's SQL for the driver, with its constant parameters.
+    def _offer_sql(self, dialect: sa.Dialect,
+                   update: bool) -> tuple[str, dict, tuple[str, ...] | None]:
+        """The offer statement's SQL for the driver, with its constant parameters and, for a
+        positional driver (asyncpg's $1, $2), the parameter names in their order.
 
         psycopg sends the three arrays in binary format when their placeholders say so
         (``%(name)b``); in text format it escapes every element with a regular expression,
@@ -189,7 +251,8 @@ class PostgresQueueDao(QueueDao):
             if dialect.paramstyle == "pyformat":
                 for name in _ARRAYS:
                     sql = sql.replace(f"%({name})s", f"%({name})b")
-            self._offer_cache[key] = (sql, dict(compiled.params))
+            order = tuple(compiled.positiontup) if compiled.positional else None
+            self._offer_cache[key] = (sql, dict(compiled.params), order)
         return self._offer_cache[key]
 
     def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,

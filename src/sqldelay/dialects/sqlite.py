@@ -36,15 +36,14 @@ class SQLiteQueueDao(QueueDao):
     missing_table_codes = frozenset({_NO_SUCH_TABLE})
 
     @classmethod
-    def after_create_schema(cls, engine: sa.Engine) -> None:
+    def after_create_schema(cls, conn: sa.Connection) -> None:
         # WAL lets readers work while one writer commits; it is stored in the file
-        if engine.url.database not in (None, "", ":memory:"):
-            with engine.connect() as conn:
-                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+        if conn.engine.url.database not in (None, "", ":memory:"):
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
 
     def begin_write(self, conn: sa.Connection) -> None:
-        dbapi = conn.connection.dbapi_connection
-        if not getattr(dbapi, "in_transaction", False):
+        # the driver's own connection (sqlite3's, or aiosqlite's, which forwards the property)
+        if not conn.connection.driver_connection.in_transaction:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def prefix_match(self, column: sa.ColumnElement, prefix: str) -> sa.ColumnElement[bool]:

@@ -1,0 +1,119 @@
+"""The blocking runner: threads where ``concurrency_async`` has asyncio tasks.
+
+The blocking front end is generated from the async one and imports this module where the async
+one imports ``concurrency_async``; both give the same names (see that module's docstring).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from tenacity import Retrying
+
+T = TypeVar("T")
+log = logging.getLogger("sqldelay")
+
+Connection = sa.Connection
+Engine = sa.Engine
+Event = threading.Event
+Condition = threading.Condition
+Lock = threading.Lock
+
+__all__ = ["Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock", "Retrying",
+           "Spawned", "engine_problem", "install_signal_handlers", "notify_all_soon", "run_op",
+           "sleep", "spawn", "wait_event"]
+
+
+def engine_problem(engine: Any, front: str) -> str | None:
+    """Why ``engine`` cannot carry the front-end class named ``front`` (None: it can)."""
+    if isinstance(engine, sa.Engine):
+        return None
+    return (f"{front} needs an Engine (sqlalchemy.create_engine), got {type(engine).__name__}; "
+            f"with an AsyncEngine use Async{front}")
+
+
+def run_op(conn: sa.Connection, op: Callable[[sa.Connection], T]) -> T:
+    """Run a database operation (a function of a Connection) on ``conn``."""
+    return op(conn)
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def wait_event(event: threading.Event, timeout: float | None) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds pass; whether it is set."""
+    return event.wait(timeout)
+
+
+def notify_all_soon(cond: threading.Condition) -> None:
+    """Wake every waiter of ``cond``."""
+    with cond:
+        cond.notify_all()
+
+
+class Spawned:
+    """A thread running beside the caller: ``join(timeout)``, ``alive``."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self._thread = thread
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def is_current(self) -> bool:
+        """Whether the caller runs in this thread (which must not wait for itself)."""
+        return threading.current_thread() is self._thread
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+def spawn(target: Callable[[], None], name: str) -> Spawned:
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return Spawned(thread)
+
+
+class HandlerRunner:
+    """Calls a user's handler in the calling thread (each handler loop is a thread)."""
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+
+    def call(self, handler: Callable[..., Any], *args: Any) -> Any:
+        return handler(*args)
+
+    def call_with_connection(self, handler: Callable[..., Any], envelope: Any,
+                             conn: sa.Connection) -> Any:
+        return handler(envelope, conn)
+
+    def close(self) -> None:
+        pass
+
+
+def install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:
+    """Call ``stop`` on SIGTERM and SIGINT (main thread only: Python delivers signals there);
+    returns what restores the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_signal(signum, frame) -> None:
+        log.info("signal %d: stopping", signum)
+        # stop() takes locks the interrupted code may hold: call it from a fresh thread
+        threading.Thread(target=stop, daemon=True).start()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore

@@ -1,0 +1,151 @@
+"""The asyncio runner: what the async front end (``*_async.py``) needs from its runtime.
+
+sqldelay's front ends are written once, for asyncio, and the blocking ones are generated from
+them (``tools/async_to_sync.py``: it drops ``async``/``await`` and renames ``AsyncX`` to
+``X`` and ``*_async`` modules to their plain names). The two runtimes differ only here: this
+module and ``concurrency.py`` give the same names, for asyncio tasks and for threads.
+
+Database operations themselves are plain functions of a SQLAlchemy ``Connection``, shared
+by both fronts: ``run_op`` runs one on an ``AsyncConnection`` through ``run_sync``, which
+SQLAlchemy's asyncio layer runs in a greenlet on the event loop, so each statement inside is
+awaited on the async driver without a thread or a second copy of the operation. Measured
+(benchmarks/async_overhead.py) it costs what a plain ``await conn.execute`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from tenacity import AsyncRetrying
+
+T = TypeVar("T")
+
+Event = asyncio.Event
+Condition = asyncio.Condition
+Lock = asyncio.Lock
+
+__all__ = ["AsyncConnection", "AsyncEngine", "AsyncRetrying", "Condition", "Event",
+           "HandlerRunner", "Lock", "Spawned", "engine_problem", "install_signal_handlers",
+           "notify_all_soon", "run_op", "sleep", "spawn", "wait_event"]
+
+
+def engine_problem(engine: Any, front: str) -> str | None:
+    """Why ``engine`` cannot carry the front-end class named ``front`` (None: it can)."""
+    if isinstance(engine, AsyncEngine):
+        return None
+    return (f"{front} needs an AsyncEngine (sqlalchemy.ext.asyncio.create_async_engine), got "
+            f"{type(engine).__name__}; with a blocking Engine use {front.removeprefix('Async')}")
+
+
+async def run_op(conn: AsyncConnection, op: Callable[[sa.Connection], T]) -> T:
+    """Run a database operation (a function of a sync Connection) on ``conn``."""
+    return await conn.run_sync(op)
+
+
+async def sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds pass; whether it is set."""
+    if timeout is None:
+        await event.wait()
+        return True
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        pass
+    return event.is_set()
+
+
+_notifying: set[asyncio.Task] = set()  # references to running notify tasks (see asyncio docs)
+
+
+def notify_all_soon(cond: asyncio.Condition) -> None:
+    """Wake every waiter of ``cond`` from plain (non-async) code running on the loop: the
+    condition's lock is taken in a task of its own."""
+
+    async def notify() -> None:
+        async with cond:
+            cond.notify_all()
+
+    task = asyncio.get_running_loop().create_task(notify())
+    _notifying.add(task)
+    task.add_done_callback(_notifying.discard)
+
+
+class Spawned:
+    """A task running beside the caller: ``await join(timeout)``, ``alive``."""
+
+    def __init__(self, task: asyncio.Task) -> None:
+        self._task = task
+
+    @property
+    def alive(self) -> bool:
+        return not self._task.done()
+
+    def is_current(self) -> bool:
+        """Whether the caller runs in this task (which must not wait for itself)."""
+        return asyncio.current_task() is self._task
+
+    async def join(self, timeout: float | None = None) -> None:
+        """Wait for the task to end (at most ``timeout`` seconds); its errors stay its own."""
+        await asyncio.wait({self._task}, timeout=timeout)
+
+
+def spawn(target: Callable[[], Awaitable[None]], name: str) -> Spawned:
+    return Spawned(asyncio.get_running_loop().create_task(target(), name=name))
+
+
+class HandlerRunner:
+    """Calls a user's handler: ``async def`` ones are awaited on the loop, plain functions
+    run in a pool of ``threads`` threads so they never block it."""
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    async def call(self, handler: Callable[..., Any], *args: Any) -> Any:
+        if inspect.iscoroutinefunction(handler):
+            return await handler(*args)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sqldelay-handler")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, handler, *args)
+
+    async def call_with_connection(self, handler: Callable[..., Any], envelope: Any,
+                                   conn: AsyncConnection) -> Any:
+        """Transactional mode: an ``async def`` handler gets the AsyncConnection; a plain one
+        gets its sync facade, run on the loop through ``run_sync`` (slow ones block it)."""
+        if inspect.iscoroutinefunction(handler):
+            return await handler(envelope, conn)
+        return await conn.run_sync(lambda sync_conn: handler(envelope, sync_conn))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+def install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:
+    """Call ``stop`` on SIGTERM and SIGINT; returns what restores the previous handling."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread's loop, or no signals here: stop() stops it
+        installed.append(signum)
+
+    def restore() -> None:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+    return restore

@@ -1,0 +1,229 @@
+"""Recurring messages stored ahead of time as ordinary delayed messages: what the blocking and
+the asyncio CronService share (``cron_async.py``, and ``cron.py`` generated from it).
+
+A schedule is kept ``ahead`` ticks in advance in the queue itself, so any consumer picks the
+ticks up and a crash of the installing process loses nothing already installed. Each tick is
+a message keyed ``{prefix}/{config hash}/{UTC time}``:
+
+- the key is unique per tick and inserted only if absent, so any number of processes may
+  install the same schedule at once and each tick is stored (and delivered) once;
+- the config hash (SHA-256 of the schedule's definition, the encoded payload and an optional
+  version) changes when the configuration does, so installing a new configuration deletes the
+  not-yet-due messages of every other configuration under the prefix and keeps its own;
+- a message a consumer holds (claimed, lock not expired) is never deleted from under it.
+
+Ticks are only ever installed strictly after the installer's clock reads now, so a tick that
+was delivered and acked is not installed again; processes whose clocks disagree by more than
+the time between a tick and its ack could install it twice: keep clocks in sync (NTP).
+Processes installing *different* configurations of one prefix (a rolling deploy) replace each
+other's future ticks at every install, the last one winning until the old ones stop.
+A blocking and an asyncio process installing the same schedule install the same ticks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from .clock import duration_ms, from_ms, require_aware, to_ms
+from .errors import InvalidArgumentError
+from .messages import Message, OfferOutcome
+from .schedules import Schedule
+from .serializers import encode_payload
+
+MAX_PREFIX = 100
+MAX_HASH = 64
+MAX_AHEAD = 1000
+MIN_WAIT = 1.0  # seconds between installs at the least, however close the next tick is
+_KEY = re.compile(r"^([^/]+)/([^/]+)/(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)$")
+
+Op = Callable[[sa.Connection], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CronMessage:
+    """One tick for ``CronService.install_tick``: ``payload`` due at ``at`` (aware datetime)."""
+
+    at: datetime
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledSchedule:
+    """A configuration found in the queue by ``CronService.list``."""
+
+    prefix: str
+    config_hash: str
+    next_at: datetime | None  # the earliest tick not held by a consumer; None if all are held
+    pending: int  # ticks stored and not held by a consumer
+    in_flight: int  # ticks a consumer holds now
+
+
+@dataclass(frozen=True, slots=True)
+class Installation:
+    """A checked schedule, ready to install now and again: ``ticks(now)`` are the next
+    ``ahead`` ticks with their payloads, ``config_hash`` names the configuration."""
+
+    prefix: str
+    config_hash: str
+    schedule: Schedule
+    ahead: int
+    payload: Any
+    payload_fn: Callable[[datetime], Any] | None
+
+    def ticks(self, now: datetime) -> list[CronMessage]:
+        return [CronMessage(at, self.payload if self.payload_fn is None else self.payload_fn(at))
+                for at in self.schedule.ticks(now, self.ahead)]
+
+
+class CronServiceBase:
+    """Recurring messages of one queue. ``refresh``: how often each installer re-installs."""
+
+    def __init__(self, queue, *, refresh: timedelta = timedelta(minutes=1)) -> None:
+        from .queue_base import QueueBase
+
+        if not isinstance(queue, QueueBase):
+            raise InvalidArgumentError(f"{type(self).__name__} needs a queue, got {queue!r}")
+        refresh_ms = duration_ms(refresh, "refresh")
+        if refresh_ms < 1:
+            raise InvalidArgumentError("refresh must be positive")
+        self.queue = queue
+        self.refresh = refresh
+        self._refresh_s = refresh_ms / 1000
+        self._handles: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.queue!r})"
+
+    def prepare(self, prefix: str, schedule: Schedule, payload: Any,
+                payload_fn: Callable[[datetime], Any] | None, ahead: int,
+                version: str) -> Installation:
+        """Check an installation's arguments and compute its configuration hash.
+
+        With ``payload_fn`` the hash cannot see what the function returns: change ``version``
+        when it changes, so the ticks already stored are replaced.
+        """
+        check_prefix(prefix)
+        if not isinstance(ahead, int) or isinstance(ahead, bool) or not 1 <= ahead <= MAX_AHEAD:
+            raise InvalidArgumentError(f"ahead must be an integer 1 to {MAX_AHEAD}, got {ahead!r}")
+        if not isinstance(version, str):
+            raise InvalidArgumentError(f"version must be a str, got {type(version).__name__}")
+        if payload_fn is not None:
+            if payload is not None:
+                raise InvalidArgumentError("give payload or payload_fn, not both")
+            if not callable(payload_fn):
+                raise InvalidArgumentError(f"payload_fn must be callable, got {payload_fn!r}")
+            encoded = None
+        else:
+            encoded = encode_payload(self.queue.serializer, payload)
+        return Installation(prefix, hash_config(schedule, encoded, version), schedule, ahead,
+                            payload, payload_fn)
+
+    def next_wait(self, installation: Installation, now: datetime) -> float:
+        """Seconds from ``now`` until an installer should install again."""
+        first = installation.schedule.ticks(now, 1)[0]
+        return min(self._refresh_s, max((first - now).total_seconds(), MIN_WAIT))
+
+    def install_tick_op(self, config_hash: str, prefix: str,
+                        messages: Sequence[CronMessage]) -> Op:
+        """Store ``messages`` as configuration ``config_hash`` of ``prefix``, in one transaction.
+
+        First deletes the not-yet-due messages of every other configuration under ``prefix``
+        (not those a consumer holds), then inserts each tick unless its key exists. Outcomes
+        are in input order: CREATED, or IGNORED for a tick already stored.
+        """
+        check_prefix(prefix)
+        check_hash(config_hash)
+        offers = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, CronMessage):
+                raise InvalidArgumentError(
+                    f"install_tick takes CronMessage objects; item {i} is {type(m).__name__}")
+            require_aware(m.at, f"messages[{i}].at")
+            offers.append(Message(tick_key(prefix, config_hash, m.at), m.payload, m.at,
+                                  update=False))
+        q = self.queue
+        plan = q.plan_offer(offers)
+        stale = q.dao.delete_key_prefix(q.pkind, prefix + "/", q.now_ms(),
+                                        keep_prefix=f"{prefix}/{config_hash}/",
+                                        only_future=True)
+
+        def op(conn: sa.Connection) -> list[OfferOutcome]:
+            conn.execute(stale)
+            return [] if plan is None else plan.op(conn)
+
+        return op
+
+    def delete_op(self, key_prefix: str) -> Op:
+        """Delete the ticks under ``key_prefix`` but those a consumer holds; how many."""
+        q = self.queue
+        stmt = q.dao.delete_key_prefix(q.pkind, key_prefix, q.now_ms())
+        return lambda conn: conn.execute(stmt).rowcount
+
+    def list_op(self, prefix: str | None) -> Op:
+        """The configurations stored in the queue (by any process), by prefix, with their
+        next due times. Without ``prefix`` it reads every key of the queue; messages whose
+        keys are not tick keys are not shown."""
+        if prefix is not None:
+            check_prefix(prefix)
+        q = self.queue
+        now = q.now_ms()
+        stmt = q.dao.select_key_prefix(q.pkind, "" if prefix is None else prefix + "/")
+
+        def op(conn: sa.Connection) -> list[InstalledSchedule]:
+            found: dict[tuple[str, str], list] = {}
+            for row in conn.execute(stmt):
+                match = _KEY.match(row.pkey)
+                if match is None or (prefix is not None and match.group(1) != prefix):
+                    continue
+                held = row.lock_uuid is not None and row.scheduled_at > now
+                entry = found.setdefault((match.group(1), match.group(2)), [None, 0, 0])
+                if held:
+                    entry[2] += 1
+                else:
+                    entry[1] += 1
+                    at = row.scheduled_at_initially
+                    entry[0] = at if entry[0] is None else min(entry[0], at)
+            return [InstalledSchedule(p, h, None if at is None else from_ms(at), pending, held)
+                    for (p, h), (at, pending, held) in sorted(found.items())]
+
+        return op
+
+
+def hash_config(schedule: Schedule, payload: bytes | None, version: str = "") -> str:
+    """16 hex digits of SHA-256 over the schedule, the encoded payload (None when a function
+    makes each tick's payload) and ``version``: equal in every process and Python run."""
+    text = json.dumps({"schedule": schedule.definition(),
+                       "payload": None if payload is None else payload.hex(),
+                       "version": version}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tick_key(prefix: str, config_hash: str, at: datetime) -> str:
+    """``{prefix}/{config hash}/{UTC time to the millisecond}``; sorts in time order."""
+    ms = to_ms(at)
+    return f"{prefix}/{config_hash}/{from_ms(ms):%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+def check_prefix(prefix: Any) -> None:
+    if not isinstance(prefix, str):
+        raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
+    if not prefix or len(prefix) > MAX_PREFIX:
+        raise InvalidArgumentError(f"prefix must be 1 to {MAX_PREFIX} characters, got {prefix!r}")
+    if "/" in prefix:
+        raise InvalidArgumentError(
+            f"prefix must not contain '/' (it separates the parts of tick keys), got {prefix!r}")
+
+
+def check_hash(config_hash: Any) -> None:
+    if (not isinstance(config_hash, str) or not config_hash or len(config_hash) > MAX_HASH
+            or "/" in config_hash):
+        raise InvalidArgumentError(
+            f"config_hash must be 1 to {MAX_HASH} characters without '/', got {config_hash!r}")

@@ -1,0 +1,99 @@
+"""The engine layer: runs DAO operations on a connection, owns transactions and retries.
+
+An operation is a plain function of a SQLAlchemy ``Connection`` (see ``concurrency_async``):
+the same function serves both front ends. Given the caller's ``connection``, it joins the
+caller's transaction: it neither commits nor retries (a deadlock has already rolled the
+caller's work back; only the caller can redo it). Otherwise each operation gets its own
+transaction, retried with bounded exponential backoff and jitter when the database reports a
+transient error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
+
+import sqlalchemy as sa
+from tenacity import retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from .concurrency_async import AsyncConnection, AsyncEngine, AsyncRetrying, run_op
+from .dialects import ErrorKind, QueueDao
+from .errors import SchemaMissingError
+
+T = TypeVar("T")
+log = logging.getLogger("sqldelay")
+
+
+class AsyncExecutor:
+    def __init__(self, engine: AsyncEngine, dao: QueueDao, *, attempts: int = 10,
+                 max_backoff: float = 1.0) -> None:
+        self.engine = engine
+        self.dao = dao
+        # shares the engine's pool; connections return to it in their usual mode
+        self._autocommit = (engine.execution_options(isolation_level="AUTOCOMMIT")
+                            if dao.autocommit_one_statement else None)
+        # the attempts after a first one that failed transiently (the first runs outside
+        # tenacity: it is the common case, and tenacity costs tens of microseconds a call)
+        self._retrying = AsyncRetrying(
+            retry=retry_if_exception(self._is_transient),
+            wait=wait_random_exponential(multiplier=0.005, max=max_backoff),
+            stop=stop_after_attempt(attempts - 1),
+            before_sleep=lambda state: log.debug("retrying after %s", state.outcome.exception()),
+            reraise=True,
+        )
+
+    async def run(self, op: Callable[[sa.Connection], T], *, write: bool,
+                  connection: AsyncConnection | None = None, one_statement: bool = False,
+                  offer: bool = False) -> T:
+        """Run ``op`` in a transaction of its own, or in ``connection``'s. ``one_statement``
+        says ``op`` sends a single statement, which is atomic alone: where the dialect gains
+        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips.
+        ``offer`` says ``op`` offers messages, which some databases do at another isolation
+        level (``QueueDao.begin_offer``); the caller's own transaction keeps its level."""
+        try:
+            if connection is not None:
+                return await run_op(connection, op)
+            if one_statement and self._autocommit is not None:
+                attempt = partial(self._alone, op)
+            else:
+                attempt = partial(self._once, op, write, offer)
+            try:
+                return await attempt()
+            except sa.exc.DBAPIError as exc:
+                if not self._is_transient(exc):
+                    raise
+                log.debug("retrying after %s", exc)
+            return await self._retrying.copy()(attempt)  # copy: per-call state
+        except sa.exc.DBAPIError as exc:
+            if self.dao.classify(exc) is ErrorKind.MISSING_TABLE:
+                name = self.dao.table.name
+                raise SchemaMissingError(
+                    f"the queue table {name!r} does not exist: run "
+                    f"sqldelay.create_schema(engine, table_name={name!r}) or the Alembic "
+                    "migration (alembic upgrade head)"
+                ) from exc
+            raise
+
+    async def _once(self, op: Callable[[sa.Connection], T], write: bool, offer: bool) -> T:
+        async with self.engine.connect() as conn:
+            return await run_op(conn, partial(self._transaction, op, write, offer))
+
+    def _transaction(self, op: Callable[[sa.Connection], T], write: bool, offer: bool,
+                     conn: sa.Connection) -> T:
+        if offer:
+            self.dao.begin_offer(conn)
+        if write:
+            self.dao.begin_write(conn)
+        result = op(conn)
+        conn.commit()
+        return result
+
+    async def _alone(self, op: Callable[[sa.Connection], T]) -> T:
+        async with self._autocommit.connect() as conn:
+            return await run_op(conn, op)
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        return (isinstance(exc, sa.exc.DBAPIError)
+                and self.dao.classify(exc) is ErrorKind.TRANSIENT)

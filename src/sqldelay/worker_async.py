@@ -1,0 +1,436 @@
+"""The worker loops of this front end, over the primitives of ``concurrency_async``.
+
+What a worker does (modes, retries, dead letters, shutdown, sleeping and wake-ups) is told in
+``worker_base``, which holds the settings and decisions both front ends share.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from tenacity import (
+    retry_if_exception,
+    stop_after_delay,
+    stop_when_event_set,
+    wait_random_exponential,
+)
+
+from .concurrency_async import (
+    AsyncConnection,
+    AsyncRetrying,
+    Condition,
+    Event,
+    HandlerRunner,
+    Lock,
+    Spawned,
+    install_signal_handlers,
+    notify_all_soon,
+    run_op,
+    spawn,
+    wait_event,
+)
+from .dead_letters_async import AsyncDeadLetters
+from .errors import UnsupportedDialectError
+from .messages import Envelope
+from .queue_async import AsyncDelayedQueue
+from .worker_base import MAX_BACKOFF, MIN_IDLE, ProcessingMode, WorkerBase, error_text
+
+log = logging.getLogger("sqldelay.worker")
+
+
+class AsyncWorker(WorkerBase):
+    """Runs ``handler(envelope)`` (transactional mode: ``handler(envelope, connection)``) on
+    every message of ``queue``; returning acks the message, raising retries it. The settings
+    are ``WorkerBase``'s; the runner's ``HandlerRunner`` says how a handler is called."""
+
+    queue_class = AsyncDelayedQueue
+
+    def __init__(self, queue: AsyncDelayedQueue, handler: Callable[..., Any], **settings) -> None:
+        super().__init__(queue, handler, **settings)
+        self.dead_letters = AsyncDeadLetters.of(queue)
+        self._handlers = HandlerRunner(self.concurrency)
+        self._stop = Event()
+        self._abandon = Event()  # the grace period is over: give up on the database
+        self._wake = Event()
+        self._cond = Condition()
+        self._buffer: deque[Envelope] = deque()  # claimed, not started
+        self._running: set[Envelope] = set()
+        self._to_ack: list[Envelope] = []
+        self._idle_handlers = 0
+        self._closing = False
+        self._handled = 0
+        self._fatal: BaseException | None = None
+        self._active = Lock()
+
+    # ---- control ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Process messages until ``stop()``, SIGTERM or SIGINT."""
+        await self._run(until_idle=False)
+
+    async def drain(self) -> int:
+        """Process messages until none is due, then return how many were handled."""
+        return await self._run(until_idle=True)
+
+    def stop(self) -> None:
+        """Ask ``run()`` to finish; see ``WorkerBase`` for what finishing does."""
+        self._stop.set()
+        self._wake.set()
+        notify_all_soon(self._cond)
+
+    def wake(self) -> None:
+        """Look for due messages now instead of at the end of the current idle sleep."""
+        self._wake.set()
+
+    # ---- the run loop ------------------------------------------------------------------------
+
+    async def _run(self, *, until_idle: bool) -> int:
+        if self._active.locked():
+            raise RuntimeError("this worker is already running")
+        async with self._active:
+            self._reset()
+            restore = (lambda: None) if until_idle else install_signal_handlers(self.stop)
+            helpers = self._start_helpers(until_idle)
+            try:
+                if self.mode is ProcessingMode.TRANSACTIONAL:
+                    await self._run_transactional(until_idle)
+                else:
+                    await self._run_at_least_once(until_idle)
+            finally:
+                self._stop.set()
+                self._wake.set()
+                for helper in helpers:
+                    await helper.join(timeout=1.0)
+                restore()
+                self._handlers.close()
+            if self._fatal is not None:
+                raise self._fatal
+            return self._handled
+
+    def _reset(self) -> None:
+        self._stop.clear()
+        self._abandon.clear()
+        self._wake.clear()
+        self._buffer.clear()
+        self._running.clear()
+        self._to_ack.clear()
+        self._idle_handlers = 0
+        self._closing = False
+        self._handled = 0
+        self._fatal = None
+
+    def _start_helpers(self, until_idle: bool) -> list[Spawned]:
+        helpers = []
+        if self.heartbeat is not None:
+            helpers.append(spawn(self._heartbeat_loop, "sqldelay-heartbeat"))
+        if self.wake_ups and not until_idle and self.queue.dao.notifications:
+            helpers.append(spawn(self._listen_loop, "sqldelay-listen"))
+        return helpers
+
+    # ---- at-least-once -----------------------------------------------------------------------
+
+    async def _run_at_least_once(self, until_idle: bool) -> None:
+        handlers = [spawn(self._handler_loop, f"sqldelay-handler-{i}")
+                    for i in range(self.concurrency)]
+        try:
+            await self._fetch_loop(until_idle)
+        except BaseException as exc:
+            self._fatal = exc
+            self._events.emit("crashed", exc, False)
+        finally:
+            self._stop.set()
+            await self._shut_down(handlers)
+
+    async def _fetch_loop(self, until_idle: bool) -> None:
+        idle = False
+        while not self._stop.is_set():
+            async with self._cond:
+                # refill when the buffer is empty and a handler has nothing to do
+                while not self._stop.is_set() and (self._buffer or not self._idle_handlers):
+                    await self._cond.wait()
+            if self._stop.is_set():
+                return
+            self._wake.clear()  # before the poll: a wake-up after it is not lost
+            batch = await self._patiently(lambda: self.queue.poll_many(self.batch_size))
+            if batch is None:
+                return
+            if batch:
+                idle = False
+                self._events.emit("picked", batch)
+                async with self._cond:
+                    self._buffer.extend(batch)
+                    self._cond.notify_all()
+            # the acks of the batch before go out while the handlers work on this one
+            if not await self._patiently(self._flush_acks):
+                return
+            if batch:
+                continue
+            if until_idle:
+                if await self._wait_until_quiet():
+                    return
+                continue
+            if not idle:
+                idle = True
+                self._events.emit("idle")
+            await self._sleep_until_due()
+
+    async def _wait_until_quiet(self) -> bool:
+        """drain(): wait for running handlers; True when nothing is due after them (a failure
+        may have released its message due now)."""
+        async with self._cond:
+            while self._running and not self._stop.is_set():
+                await self._cond.wait()
+        await self._patiently(self._flush_acks)
+        return not await self._due_now()
+
+    async def _due_now(self) -> bool:
+        due = await self._patiently(self.queue.next_due)
+        return due is not None and due <= self.queue.clock.now()
+
+    async def _handler_loop(self) -> None:
+        while True:
+            async with self._cond:
+                while not self._buffer and not self._closing:
+                    self._idle_handlers += 1
+                    self._cond.notify_all()
+                    await self._cond.wait()
+                    self._idle_handlers -= 1
+                if not self._buffer:
+                    return
+                envelope = self._buffer.popleft()
+                self._running.add(envelope)
+            ok = await self._process(envelope)
+            async with self._cond:
+                self._running.discard(envelope)
+                self._handled += 1
+                if ok:
+                    self._to_ack.append(envelope)
+                if not self._buffer:
+                    # only an empty buffer concerns the waiters (the fetcher refills it, drain
+                    # and shutdown wait for the running set): waking them per message is costly
+                    self._cond.notify_all()
+
+    async def _process(self, envelope: Envelope) -> bool:
+        self._events.emit("started", envelope)
+        began = time.perf_counter()
+        try:
+            await self._handlers.call(self.handler, envelope)
+        except Exception as exc:
+            try:
+                await self._patiently(partial(self._fail, envelope, exc, None),
+                                      until=self._abandon)
+            except Exception:
+                log.exception("could not record the failure of %s; it comes back when its "
+                              "lock expires", envelope.key)
+            return False
+        self._events.emit("succeeded", envelope,
+                          timedelta(seconds=time.perf_counter() - began))
+        return True
+
+    async def _flush_acks(self) -> bool:
+        async with self._cond:
+            batch, self._to_ack = self._to_ack, []
+        try:
+            if batch:
+                await self.queue.ack_many(batch)
+        except BaseException:
+            async with self._cond:
+                self._to_ack[:0] = batch  # acks are idempotent: send them again later
+            raise
+        return True
+
+    async def _shut_down(self, handlers: list[Spawned]) -> None:
+        async with self._cond:
+            unstarted = [*self._buffer]
+            self._buffer.clear()
+            self._closing = True
+            self._cond.notify_all()
+        deadline = time.monotonic() + self.grace_period.total_seconds()
+        for envelope in unstarted:  # back to the queue at once, not when their locks expire
+            await self._until(deadline, partial(self.queue.release, envelope))
+        for handler in handlers:
+            await handler.join(max(0.0, deadline - time.monotonic()))
+        self._abandon.set()
+        await self._until(deadline + 5.0, self._flush_acks)
+        still = [h for h in handlers if h.alive]
+        if still:
+            log.warning("%d handler(s) still running after the grace period of %s; their "
+                        "messages come back when their locks expire", len(still),
+                        self.grace_period)
+        if unstarted:
+            log.info("released %d unstarted message(s)", len(unstarted))
+
+    # ---- transactional -------------------------------------------------------------------------
+
+    async def _run_transactional(self, until_idle: bool) -> None:
+        loops = [spawn(partial(self._transactional_loop, until_idle), f"sqldelay-tx-{i}")
+                 for i in range(self.concurrency)]
+        try:
+            if until_idle:
+                for loop in loops:
+                    await loop.join()
+            else:
+                await self._stop.wait()
+        finally:
+            self._stop.set()
+            deadline = time.monotonic() + self.grace_period.total_seconds()
+            for loop in loops:
+                await loop.join(max(0.0, deadline - time.monotonic()))
+            if any(loop.alive for loop in loops):
+                log.warning("transactional handlers still running after the grace period of "
+                            "%s; their transactions roll back when the process exits",
+                            self.grace_period)
+
+    async def _transactional_loop(self, until_idle: bool) -> None:
+        idle = False
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                handled = await self._patiently(self._transaction_round)
+                if handled is None:
+                    return
+                if handled:
+                    idle = False
+                    continue
+                if until_idle:
+                    return
+                if not idle:
+                    idle = True
+                    self._events.emit("idle")
+                await self._sleep_until_due()
+        except BaseException as exc:
+            self._fatal = exc
+            self._events.emit("crashed", exc, False)
+            self.stop()
+
+    async def _transaction_round(self) -> int:
+        queue = self.queue
+        async with queue.engine.connect() as conn:
+            await run_op(conn, queue.dao.begin_write)
+            batch = await queue.poll_many(self.batch_size, connection=conn)
+            if not batch:
+                await conn.rollback()
+                return 0
+            self._events.emit("picked", batch)
+            done: list[tuple[Envelope, float]] = []
+            for i, envelope in enumerate(batch):
+                if self._stop.is_set():
+                    for rest in batch[i:]:
+                        await queue.release(rest, connection=conn)
+                    break
+                self._events.emit("started", envelope)
+                began = time.perf_counter()
+                try:
+                    async with conn.begin_nested():
+                        await self._handlers.call_with_connection(self.handler, envelope, conn)
+                except Exception as exc:
+                    try:
+                        await self._fail(envelope, exc, conn)
+                    except Exception as problem:
+                        if self.is_outage(problem):
+                            raise  # the transaction is gone: the whole round runs again
+                        log.exception("could not record the failure of %s; it comes back "
+                                      "when its lock expires", envelope.key)
+                else:
+                    done.append((envelope, time.perf_counter() - began))
+            await queue.ack_many([e for e, _ in done], connection=conn)
+            await conn.commit()
+        async with self._cond:
+            self._handled += len(done)
+        for envelope, seconds in done:
+            self._events.emit("succeeded", envelope, timedelta(seconds=seconds))
+        return len(batch)
+
+    # ---- failures ------------------------------------------------------------------------------
+
+    async def _fail(self, envelope: Envelope, error: Exception,
+                    conn: AsyncConnection | None) -> None:
+        """Retry later, or bury after the last allowed attempt (in ``conn``'s transaction when
+        given)."""
+        delay = self.retry_delay(envelope.attempt)
+        if delay is None:
+            if await self.dead_letters.bury(envelope, error_text(error), connection=conn):
+                self._events.emit("dead_lettered", envelope, error)
+            return
+        await self.queue.release(envelope, delay=delay, connection=conn)
+        self._events.emit("failed", envelope, error, delay)
+
+    # ---- sleeping, heartbeats, wake-ups -----------------------------------------------------
+
+    async def _sleep_until_due(self) -> None:
+        timeout = self.idle_poll.total_seconds()
+        due = await self._patiently(self.queue.next_due)
+        if due is not None:
+            until_due = (due - self.queue.clock.now()).total_seconds()
+            timeout = min(timeout, max(until_due, MIN_IDLE))
+        await wait_event(self._wake, timeout)
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.heartbeat.total_seconds()
+        while not await wait_event(self._stop, interval):
+            async with self._cond:
+                held = [*self._running, *self._buffer]
+            for envelope in held:
+                try:
+                    await envelope.extend()
+                except Exception as exc:  # the next beat tries again; the lock may yet hold
+                    log.warning("heartbeat could not extend %s: %s", envelope.key, exc)
+
+    async def _listen_loop(self) -> None:
+        dao = self.queue.dao
+        try:
+            await self._patiently(lambda: dao.alisten(self.queue.engine, self.queue.pkind,
+                                                      self._wake.set, self._stop))
+        except UnsupportedDialectError as exc:
+            log.warning("no wake-ups, polling only: %s", exc)
+        except Exception:
+            log.exception("wake-ups stopped, polling only")
+
+    # ---- riding out a lost database ------------------------------------------------------------
+
+    async def _patiently(self, fn: Callable[[], Any], *, until: Event | None = None) -> Any:
+        """Run ``fn``, retrying with backoff while the database is unreachable, until ``until``
+        (default: stop) is set; None when it was set first. Other errors propagate."""
+        event = self._stop if until is None else until
+        if event.is_set():
+            return None
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(self.is_outage),
+            wait=wait_random_exponential(multiplier=0.05, max=MAX_BACKOFF),
+            stop=stop_when_event_set(event), sleep=partial(wait_event, event), reraise=True,
+            before_sleep=self._outage)
+        async def attempt() -> Any:  # an async def, so the retrying awaits what fn returns
+            return await fn()
+
+        try:
+            return await retrying(attempt)
+        except Exception as exc:
+            if self.is_outage(exc) and event.is_set():
+                return None
+            raise
+
+    def _outage(self, state) -> None:
+        error = state.outcome.exception()
+        log.warning("database unavailable, retrying in %.2fs: %s: %s",
+                    state.upcoming_sleep, type(error).__name__, str(error).splitlines()[0])
+        self._events.emit("crashed", error, True)
+
+    async def _until(self, deadline: float, fn: Callable[[], Any]) -> None:
+        """Shutdown work: retry through an outage until ``deadline``, then give up (logged)."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(self.is_outage),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            stop=stop_after_delay(max(0.0, deadline - time.monotonic())), reraise=True)
+        async def attempt() -> Any:
+            return await fn()
+
+        try:
+            await retrying(attempt)
+        except Exception as exc:
+            log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)

@@ -1,0 +1,141 @@
+"""What a worker is, whichever front end drives it: its settings and their checks, and the
+decisions that do not depend on threads or tasks. ``AsyncWorker`` (``worker_async.py``) runs
+it with asyncio tasks, ``Worker`` (``worker.py``, generated from it) with threads.
+
+At-least-once mode (the default): ``run()`` claims batches (each claim committed on its own)
+into a buffer that ``concurrency`` handlers drain; a handler that returns gets its message
+acked (acks are sent in batches), one that raises gets it released for a retry or moved to the
+dead letters. A crash between handler and ack means a redelivery, never a loss. ``Worker``
+calls its handler in one of ``concurrency`` threads; ``AsyncWorker`` awaits an ``async def``
+handler and runs a plain function in a pool of ``concurrency`` threads, off the event loop.
+
+Transactional mode: each of ``concurrency`` loops claims a batch in a transaction, runs the
+handler on each message in a savepoint of that transaction (the handler gets the connection:
+``AsyncWorker`` gives an ``async def`` handler the AsyncConnection and a plain one its sync
+facade, run on the loop), and acks the successes in it too: the claim, the handler's writes and
+the delete commit or roll back together, so work that stays in the same database happens
+exactly once.
+
+When nothing is due a worker sleeps until the earliest due time the queue knows of (at most
+``idle_poll``), or until a wake-up: ``wake()``, or on PostgreSQL a NOTIFY from an offer of a
+message that is due now. ``stop()`` (from any thread for ``Worker``, from the event loop for
+``AsyncWorker``), SIGTERM or SIGINT end ``run()``: unstarted messages are released at once,
+running handlers get ``grace_period`` to finish.
+"""
+
+from __future__ import annotations
+
+import enum
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from .checks import check_positive_int
+from .clock import duration_ms
+from .dialects import ErrorKind
+from .errors import InvalidArgumentError
+from .listeners import Listeners, LoggingListener, WorkerListener
+from .retry import RetryPolicy
+
+# the floor of an idle sleep when the earliest due message is already due but was not claimable
+# (another worker's transaction holds it): a short nap, not a busy loop
+MIN_IDLE = 0.05
+MAX_BACKOFF = 5.0
+
+
+class ProcessingMode(enum.Enum):
+    AT_LEAST_ONCE = "at_least_once"
+    TRANSACTIONAL = "transactional"
+
+
+def default_retry() -> RetryPolicy:
+    return RetryPolicy.exponential(timedelta(seconds=1), 2, max_delay=timedelta(hours=1),
+                                   max_attempts=10)
+
+
+class WorkerBase:
+    """Runs ``handler(envelope)`` (transactional mode: ``handler(envelope, connection)``) on
+    every message of ``queue``; returning acks the message, raising retries it."""
+
+    queue_class: type = object  # the front end's queue class, set by each worker class
+
+    def __init__(self, queue: Any, handler: Callable[..., Any], *,
+                 concurrency: int = 1, batch_size: int | None = None,
+                 retry: RetryPolicy | None = None,
+                 mode: ProcessingMode = ProcessingMode.AT_LEAST_ONCE,
+                 idle_poll: timedelta = timedelta(seconds=1),
+                 grace_period: timedelta = timedelta(seconds=30),
+                 heartbeat: timedelta | None = None,
+                 listeners: Sequence[WorkerListener] | None = None,
+                 wake_ups: bool = True) -> None:
+        if not isinstance(queue, self.queue_class):
+            raise InvalidArgumentError(
+                f"queue must be a {self.queue_class.__name__}, got {queue!r}")
+        if not callable(handler):
+            raise InvalidArgumentError(f"handler must be callable, got {handler!r}")
+        check_positive_int(concurrency, "concurrency")
+        batch_size = concurrency if batch_size is None else batch_size
+        check_positive_int(batch_size, "batch_size")
+        retry = default_retry() if retry is None else retry
+        if not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentError(f"retry must be a RetryPolicy, got {retry!r}")
+        if not isinstance(mode, ProcessingMode):
+            raise InvalidArgumentError(f"mode must be a ProcessingMode, got {mode!r}")
+        if duration_ms(idle_poll, "idle_poll") < 1:
+            raise InvalidArgumentError("idle_poll must be positive")
+        duration_ms(grace_period, "grace_period")
+        if heartbeat is not None:
+            if duration_ms(heartbeat, "heartbeat") < 1:
+                raise InvalidArgumentError("heartbeat must be positive")
+            if heartbeat >= queue.acquire_timeout:
+                raise InvalidArgumentError(
+                    f"heartbeat ({heartbeat}) must be shorter than the queue's acquire_timeout "
+                    f"({queue.acquire_timeout}), or locks expire between beats")
+            if mode is ProcessingMode.TRANSACTIONAL:
+                raise InvalidArgumentError(
+                    "heartbeat is for at-least-once mode: in transactional mode the open "
+                    "transaction holds the messages until it ends")
+        listeners = [LoggingListener()] if listeners is None else list(listeners)
+        for listener in listeners:
+            if not isinstance(listener, WorkerListener):
+                raise InvalidArgumentError(
+                    f"listeners must be WorkerListener instances, got {listener!r}")
+
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.retry = retry
+        self.mode = mode
+        self.idle_poll = idle_poll
+        self.grace_period = grace_period
+        self.heartbeat = heartbeat
+        self.wake_ups = wake_ups
+        self._events = Listeners(listeners)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.queue!r}, mode={self.mode.value}, "
+                f"concurrency={self.concurrency}, batch_size={self.batch_size})")
+
+    def retry_delay(self, attempt: int) -> timedelta | None:
+        """How long a message whose attempt ``attempt`` failed waits; None: bury it."""
+        if self.retry.gives_up_after(attempt):
+            return None
+        return self.retry.delay(attempt)
+
+    def is_outage(self, exc: BaseException) -> bool:
+        """A lost or unreachable database (or a transient error): ride it out and retry."""
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+            return True
+        return isinstance(exc, sa.exc.DBAPIError) and (
+            exc.connection_invalidated
+            or self.queue.dao.classify(exc) is ErrorKind.TRANSIENT)
+
+
+def error_text(error: BaseException) -> str:
+    """The error first (it survives truncation), then where it came from."""
+    head = "".join(traceback.format_exception_only(error)).strip()
+    return head + "\n" + "".join(traceback.format_tb(error.__traceback__))
