@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from tenacity import Retrying
 
+from .errors import InvalidArgumentError
+
 T = TypeVar("T")
 log = logging.getLogger("sqldelay")
 
@@ -26,8 +28,8 @@ Condition = threading.Condition
 Lock = threading.Lock
 
 __all__ = ["Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock", "Retrying",
-           "Spawned", "engine_problem", "install_signal_handlers", "notify_all_soon", "run_op",
-           "sleep", "spawn", "wait_event"]
+           "Spawned", "check_connection", "engine_problem", "install_signal_handlers",
+           "notify_all_soon", "run_op", "sleep", "spawn", "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -36,6 +38,14 @@ def engine_problem(engine: Any, front: str) -> str | None:
         return None
     return (f"{front} needs an Engine (sqlalchemy.create_engine), got {type(engine).__name__}; "
             f"with an AsyncEngine use Async{front}")
+
+
+def check_connection(conn: Any) -> None:
+    """Refuse a ``connection=`` of the other front end, before anything runs."""
+    if not isinstance(conn, sa.Connection):
+        raise InvalidArgumentError(
+            f"connection= takes a Connection (with engine.connect() as conn), "
+            f"got {type(conn).__name__}")
 
 
 def run_op(conn: sa.Connection, op: Callable[[sa.Connection], T]) -> T:

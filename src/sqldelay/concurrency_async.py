@@ -25,6 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tenacity import AsyncRetrying
 
+from .errors import InvalidArgumentError
+
 T = TypeVar("T")
 
 Event = asyncio.Event
@@ -32,8 +34,9 @@ Condition = asyncio.Condition
 Lock = asyncio.Lock
 
 __all__ = ["AsyncConnection", "AsyncEngine", "AsyncRetrying", "Condition", "Event",
-           "HandlerRunner", "Lock", "Spawned", "engine_problem", "install_signal_handlers",
-           "notify_all_soon", "run_op", "sleep", "spawn", "wait_event"]
+           "HandlerRunner", "Lock", "Spawned", "check_connection", "engine_problem",
+           "install_signal_handlers", "notify_all_soon", "run_op", "sleep", "spawn",
+           "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -42,6 +45,14 @@ def engine_problem(engine: Any, front: str) -> str | None:
         return None
     return (f"{front} needs an AsyncEngine (sqlalchemy.ext.asyncio.create_async_engine), got "
             f"{type(engine).__name__}; with a blocking Engine use {front.removeprefix('Async')}")
+
+
+def check_connection(conn: Any) -> None:
+    """Refuse a ``connection=`` of the other front end, before anything runs."""
+    if not isinstance(conn, AsyncConnection):
+        raise InvalidArgumentError(
+            f"connection= takes an AsyncConnection (async with engine.connect() as conn), "
+            f"got {type(conn).__name__}")
 
 
 async def run_op(conn: AsyncConnection, op: Callable[[sa.Connection], T]) -> T:

@@ -20,7 +20,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from tenacity import retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from .concurrency import Connection, Engine, Retrying, run_op
+from .concurrency import Connection, Engine, Retrying, check_connection, run_op
 from .dialects import ErrorKind, QueueDao
 from .errors import SchemaMissingError
 
@@ -56,6 +56,7 @@ class Executor:
         level (``QueueDao.begin_offer``); the caller's own transaction keeps its level."""
         try:
             if connection is not None:
+                check_connection(connection)
                 return run_op(connection, op)
             if one_statement and self._autocommit is not None:
                 attempt = partial(self._alone, op)

@@ -18,7 +18,13 @@ from typing import TypeVar
 import sqlalchemy as sa
 from tenacity import retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from .concurrency_async import AsyncConnection, AsyncEngine, AsyncRetrying, run_op
+from .concurrency_async import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncRetrying,
+    check_connection,
+    run_op,
+)
 from .dialects import ErrorKind, QueueDao
 from .errors import SchemaMissingError
 
@@ -54,6 +60,7 @@ class AsyncExecutor:
         level (``QueueDao.begin_offer``); the caller's own transaction keeps its level."""
         try:
             if connection is not None:
+                check_connection(connection)
                 return await run_op(connection, op)
             if one_statement and self._autocommit is not None:
                 attempt = partial(self._alone, op)

@@ -127,12 +127,13 @@ class WorkerBase:
         return self.retry.delay(attempt)
 
     def is_outage(self, exc: BaseException) -> bool:
-        """A lost or unreachable database (or a transient error): ride it out and retry."""
-        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+        """A lost or unreachable database (or a transient error): ride it out and retry.
+        Some async drivers (asyncpg) let the socket's own error through when connecting."""
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | OSError):
             return True
         return isinstance(exc, sa.exc.DBAPIError) and (
             exc.connection_invalidated
-            or self.queue.dao.classify(exc) is ErrorKind.TRANSIENT)
+            or self.queue.dao.classify(exc) in (ErrorKind.TRANSIENT, ErrorKind.UNAVAILABLE))
 
 
 def error_text(error: BaseException) -> str:

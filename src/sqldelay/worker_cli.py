@@ -9,19 +9,23 @@ requeues and drops what workers gave up on.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable
 from datetime import timedelta
 
-import sqlalchemy as sa
-
 from .dead_letters import DeadLetters
+from .engines import create_async_engine, create_engine, is_async_url
 from .queue import DelayedQueue
+from .queue_async import AsyncDelayedQueue
 from .retry import RetryPolicy
 from .serializers import BytesSerializer, JsonSerializer, StrSerializer
-from .worker import ProcessingMode, Worker
+from .worker import Worker
+from .worker_async import AsyncWorker
+from .worker_base import ProcessingMode
 
 SERIALIZERS = {"json": JsonSerializer, "bytes": BytesSerializer, "str": StrSerializer}
 
@@ -31,7 +35,9 @@ def register(sub) -> None:
 
     p = sub.add_parser("worker", help="run a handler function over a queue until stopped",
                        description="Run HANDLER (package.module:function) on every message of "
-                                   "the queue. SIGTERM or SIGINT stop it cleanly.")
+                                   "the queue. SIGTERM or SIGINT stop it cleanly. An async def "
+                                   "handler (or an async driver in --url) runs on the asyncio "
+                                   "worker, over the database's async driver.")
     p.add_argument("handler", help="the function to run, as package.module:function")
     add_db_arguments(p, queue="default")
     p.add_argument("--serializer", choices=sorted(SERIALIZERS), default="json",
@@ -117,20 +123,21 @@ def run_worker(args: argparse.Namespace) -> int:
     retry = RetryPolicy.exponential(args.retry_delay, args.retry_factor,
                                     max_delay=args.retry_max_delay,
                                     max_attempts=args.max_attempts)
-    engine = sa.create_engine(args.url)
+    queue_settings = {"table_name": args.table, "serializer": SERIALIZERS[args.serializer](),
+                      "acquire_timeout": args.acquire_timeout}
+    settings = {"concurrency": args.concurrency, "batch_size": args.batch_size, "retry": retry,
+                "mode": ProcessingMode.TRANSACTIONAL if args.transactional
+                else ProcessingMode.AT_LEAST_ONCE,
+                "idle_poll": args.idle_poll, "grace_period": args.grace,
+                "heartbeat": args.heartbeat}
+    if inspect.iscoroutinefunction(handler) or is_async_url(args.url):
+        # an async def handler, or an async driver in the URL: the asyncio worker
+        return asyncio.run(_run_async_worker(args, handler, queue_settings, settings))
+    engine = create_engine(args.url)
     try:
-        queue = DelayedQueue(engine, args.queue, table_name=args.table,
-                             serializer=SERIALIZERS[args.serializer](),
-                             acquire_timeout=args.acquire_timeout)
-        worker = Worker(queue, handler, concurrency=args.concurrency,
-                        batch_size=args.batch_size, retry=retry,
-                        mode=ProcessingMode.TRANSACTIONAL if args.transactional
-                        else ProcessingMode.AT_LEAST_ONCE,
-                        idle_poll=args.idle_poll, grace_period=args.grace,
-                        heartbeat=args.heartbeat)
+        worker = Worker(DelayedQueue(engine, args.queue, **queue_settings), handler, **settings)
         if args.drain:
-            handled = worker.drain()
-            print(f"handled {handled} message(s)")
+            print(f"handled {worker.drain()} message(s)")
         else:
             worker.run()
     finally:
@@ -138,8 +145,23 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_async_worker(args: argparse.Namespace, handler: Callable, queue_settings: dict,
+                            settings: dict) -> int:
+    engine = create_async_engine(args.url)
+    try:
+        queue = AsyncDelayedQueue(engine, args.queue, **queue_settings)
+        worker = AsyncWorker(queue, handler, **settings)
+        if args.drain:
+            print(f"handled {await worker.drain()} message(s)")
+        else:
+            await worker.run()
+    finally:
+        await engine.dispose()
+    return 0
+
+
 def run_dead_letters(args: argparse.Namespace) -> int:
-    engine = sa.create_engine(args.url)
+    engine = create_engine(args.url)
     try:
         letters = DeadLetters(engine, table_name=args.table)
         if args.action == "list":

@@ -9,6 +9,7 @@ by two consumers at once, and nothing may be left at the end.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -20,7 +21,9 @@ from datetime import timedelta
 
 import pytest
 
-from sqldelay import DelayedQueue, Delivery, FakeClock, Message, OfferOutcome, SystemClock
+from sqldelay import Delivery, FakeClock, Message, OfferOutcome, SystemClock
+
+from ..fronts import unwrap
 
 MESSAGES = 5000
 PRODUCERS = 4
@@ -29,7 +32,10 @@ DEADLINE = 240.0
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["poll", "poll_many"])
-def test_producers_and_consumers(make_queue, batched):
+def test_producers_and_consumers(make_queue, batched, front):
+    if front.is_async:
+        pytest.skip("threads: the asyncio front end's concurrency is its tasks' (below); "
+                    "threads calling it through the test's portal would test the portal")
     queue = make_queue(clock=SystemClock(), acquire_timeout=timedelta(minutes=10))
     due = SystemClock().now() - timedelta(seconds=1)
     # producer p offers the keys of slices p and p+1: every key is offered twice
@@ -117,13 +123,30 @@ claimed = queue.poll_many(int(sys.argv[4]))
 print(" ".join(sorted(e.key for e in claimed)), flush=True)
 sys.stdin.read()  # hold the messages until killed
 """
+ASYNC_CONSUMER_SCRIPT = """
+import asyncio, sys
+from datetime import timedelta
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqldelay import AsyncDelayedQueue
+
+async def main():
+    queue = AsyncDelayedQueue(create_async_engine(sys.argv[1]), sys.argv[2],
+                              table_name=sys.argv[3], acquire_timeout=timedelta(minutes=1))
+    claimed = await queue.poll_many(int(sys.argv[4]))
+    print(" ".join(sorted(e.key for e in claimed)), flush=True)
+    await asyncio.to_thread(sys.stdin.read)  # hold the messages until killed
+
+asyncio.run(main())
+"""
 
 
-def test_killed_consumer_loses_nothing(backend_url, make_queue, table_name):
+def test_killed_consumer_loses_nothing(backend_url, make_queue, table_name, target, front):
     queue = make_queue(clock=SystemClock())
     queue.offer_many([Message(f"m{i}", i) for i in range(30)])
+    script, url = ((ASYNC_CONSUMER_SCRIPT, target.async_url(backend_url)) if target.is_async
+                   else (CONSUMER_SCRIPT, backend_url))
     proc = subprocess.Popen(
-        [sys.executable, "-c", CONSUMER_SCRIPT, backend_url, queue.name, table_name, "20"],
+        [sys.executable, "-c", script, url, queue.name, table_name, "20"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         held = set(proc.stdout.readline().split())
@@ -137,10 +160,74 @@ def test_killed_consumer_loses_nothing(backend_url, make_queue, table_name):
     assert {e.key for e in rest} == {f"m{i}" for i in range(30)} - held
     assert queue.ack_many(rest) == 10
     # after the timeout the killed consumer's messages come back as redeliveries
-    later = DelayedQueue(queue.engine, queue.name, table_name=table_name,
-                         clock=FakeClock(SystemClock().now() + timedelta(minutes=1, seconds=1)))
+    later = front.queue(queue.name, table_name=table_name,
+                        clock=FakeClock(SystemClock().now() + timedelta(minutes=1, seconds=1)))
     redelivered = later.poll_many(100)
     assert {e.key for e in redelivered} == held
     assert all(e.attempt == 2 for e in redelivered)
     assert later.ack_many(redelivered) == 20
     assert later.stats().due == 0
+
+
+def test_two_hundred_asyncio_tasks_produce_and_consume(make_queue, front):
+    """The asyncio front end's own concurrency: 100 producer and 100 consumer tasks on one
+    event loop and one engine, over 5,000 keys each offered twice; some of each kind work one
+    message at a time, the rest in batches."""
+    if not front.is_async:
+        pytest.skip("tasks of the asyncio front end; the threads above cover the blocking one")
+    queue = unwrap(make_queue(clock=SystemClock(), acquire_timeout=timedelta(minutes=10)))
+    due = SystemClock().now() - timedelta(seconds=1)
+    tasks = 100
+    slices = [list(range(s, MESSAGES, tasks)) for s in range(tasks)]
+    created: Counter[str] = Counter()
+    acked: Counter[str] = Counter()
+    held: set[str] = set()
+    overlaps: list[str] = []
+
+    async def produce(p: int) -> None:
+        keys = slices[p] + slices[(p + 1) % tasks]
+        messages = [Message(f"key-{k}", {"k": k}, due, p % 2 == 1) for k in keys]
+        outcomes = []
+        if p % 10 == 0:  # a tenth of the producers offer one at a time, the rest in batches
+            for m in messages:
+                outcomes.append(await queue.offer(m.key, m.payload, m.at, update=m.update))
+        else:
+            for i in range(0, len(messages), 10):
+                outcomes += await queue.offer_many(messages[i:i + 10])
+        assert OfferOutcome.UPDATED not in outcomes
+        created.update(m.key for m, o in zip(messages, outcomes, strict=True)
+                       if o is OfferOutcome.CREATED)
+
+    async def consume(producing: asyncio.Task, batched: bool) -> None:
+        empty_since = None
+        while True:
+            batch = (await queue.poll_many(25) if batched
+                     else [e for e in [await queue.poll()] if e])
+            if not batch:
+                if producing.done():
+                    if empty_since is not None and time.monotonic() - empty_since > 0.2:
+                        return
+                    empty_since = empty_since or time.monotonic()
+                await asyncio.sleep(0.01)
+                continue
+            empty_since = None
+            for env in batch:
+                if env.key in held:
+                    overlaps.append(env.key)
+                held.add(env.key)
+            await asyncio.sleep(0)  # let other tasks run while these are held
+            held.difference_update(env.key for env in batch)
+            assert await queue.ack_many(batch) == len(batch)
+            acked.update(env.key for env in batch)
+
+    async def scenario() -> None:
+        producing = asyncio.ensure_future(asyncio.gather(*(produce(p) for p in range(tasks))))
+        consumers = (consume(producing, batched=c % 4 != 0) for c in range(tasks))
+        await asyncio.wait_for(asyncio.gather(producing, *consumers), DEADLINE)
+
+    front.run(scenario)
+    assert not overlaps, f"held by two consumers at once: {overlaps[:5]}"
+    assert set(created) == {f"key-{k}" for k in range(MESSAGES)}
+    assert acked == created
+    stats = front.run(queue.stats)
+    assert (stats.due, stats.scheduled, stats.in_flight) == (0, 0, 0)

@@ -132,9 +132,9 @@ def test_uninstall_removes_exactly_the_current_ticks(make_queue):
     cron.close()
 
 
-def test_install_tick_and_uninstall_tick(make_queue, clock):
+def test_install_tick_and_uninstall_tick(make_queue, clock, front):
     q = make_queue()
-    cron = CronService(q)
+    cron = front.cron(q)
     ats = [START + MINUTE * i for i in (1, 2, 3)]
     msgs = [CronMessage(at, {"n": i}) for i, at in enumerate(ats)]
     assert cron.install_tick("v1", "job", msgs) == [OfferOutcome.CREATED] * 3
@@ -147,9 +147,9 @@ def test_install_tick_and_uninstall_tick(make_queue, clock):
     assert cron.list() == []
 
 
-def test_three_concurrent_installers_store_and_deliver_each_tick_once(make_queue, clock):
+def test_three_concurrent_installers_store_and_deliver_each_tick_once(make_queue, clock, front):
     name = make_queue().name
-    services = [CronService(make_queue(name)) for _ in range(3)]
+    services = [front.cron(make_queue(name)) for _ in range(3)]
     barrier = threading.Barrier(3)
     errors: list[BaseException] = []
 
@@ -248,9 +248,9 @@ def test_bad_input_is_rejected_before_anything_is_written(make_queue):
     cron.close()
 
 
-def test_background_installer_keeps_ticks_ahead_until_closed(make_queue, clock):
+def test_background_installer_keeps_ticks_ahead_until_closed(make_queue, clock, front):
     q = make_queue()
-    cron = CronService(q, refresh=timedelta(milliseconds=10))
+    cron = front.cron(q, refresh=timedelta(milliseconds=10))
     handle = cron.install_periodic("beat", every=MINUTE, payload="b", ahead=2)
     assert cron.list()[0].pending == 2
     clock.set(START + MINUTE)  # the first tick is due: one more is needed to keep two ahead
@@ -261,20 +261,21 @@ def test_background_installer_keeps_ticks_ahead_until_closed(make_queue, clock):
 
 
 def test_background_installer_carries_on_while_the_database_is_unreachable(
-        backend_url, table_name, clock, caplog):
-    engine = sa.create_engine(backend_url, poolclass=NullPool)
+        table_name, clock, caplog, front):
+    engine = front.create_engine(poolclass=NullPool)
     down = threading.Event()
     refused = threading.Semaphore(0)
 
-    @sa.event.listens_for(engine, "do_connect")
+    @sa.event.listens_for(front.events_of(engine), "do_connect")
     def refuse(dialect, conn_rec, cargs, cparams):
         if down.is_set():
             refused.release()
             raise ConnectionRefusedError("database unreachable (test)")
 
     try:
-        q = DelayedQueue(engine, f"cron_down_{id(engine)}", table_name=table_name, clock=clock)
-        cron = CronService(q, refresh=timedelta(milliseconds=10))
+        q = front.queue(f"cron_down_{id(engine)}", engine=engine, table_name=table_name,
+                        clock=clock)
+        cron = front.cron(q, refresh=timedelta(milliseconds=10))
         with caplog.at_level(logging.WARNING, logger="sqldelay.cron"):
             handle = cron.install_periodic("beat", every=MINUTE, payload="b", ahead=2)
             down.set()
@@ -290,4 +291,4 @@ def test_background_installer_carries_on_while_the_database_is_unreachable(
         assert isinstance(failures[0].exc_info[1], ConnectionRefusedError)
         cron.uninstall("beat")
     finally:
-        engine.dispose()
+        front.dispose(engine)

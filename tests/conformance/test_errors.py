@@ -7,8 +7,16 @@ import threading
 import pytest
 import sqlalchemy as sa
 
+from sqldelay import DelayedQueue
 from sqldelay.dialects import ErrorKind, OfferRow
-from sqldelay.executor import Executor
+
+from ..conftest import unique_name
+
+
+@pytest.fixture
+def one_queue(engine, table_name):
+    """A blocking queue: the errors are the database's, classified once per database."""
+    return DelayedQueue(engine, unique_name("q"), table_name=table_name)
 
 
 def provoke(engine, statement_pairs):
@@ -38,49 +46,48 @@ def provoke(engine, statement_pairs):
     return errors
 
 
-def test_duplicate_key_and_missing_table(queue, engine):
-    queue.offer("k", 1)
-    table = queue.dao.table
-    row = queue.dao.row_params(queue.pkind, [OfferRow("k", b"1", 0, True)], 0)[0]
+def test_duplicate_key_and_missing_table(one_queue, engine):
+    one_queue.offer("k", 1)
+    table = one_queue.dao.table
+    row = one_queue.dao.row_params(one_queue.pkind, [OfferRow("k", b"1", 0, True)], 0)[0]
     with engine.connect() as conn, pytest.raises(sa.exc.IntegrityError) as caught:
         conn.execute(sa.insert(table), row)
-    assert queue.dao.classify(caught.value) is ErrorKind.DUPLICATE_KEY
+    assert one_queue.dao.classify(caught.value) is ErrorKind.DUPLICATE_KEY
     with engine.connect() as conn, pytest.raises(sa.exc.DBAPIError) as caught:
         conn.execute(sa.text("SELECT * FROM sqldelay_absent_table"))
-    assert queue.dao.classify(caught.value) is ErrorKind.MISSING_TABLE
+    assert one_queue.dao.classify(caught.value) is ErrorKind.MISSING_TABLE
 
 
-def test_deadlocks_and_busy_databases_are_transient(queue, engine):
-    table = queue.dao.table
+def test_deadlocks_and_busy_databases_are_transient(one_queue, engine):
+    table = one_queue.dao.table
     if engine.dialect.name == "sqlite":
         # SQLite has no row locks: the transient error is a second writer meeting the lock
         other = sa.create_engine(engine.url, connect_args={"timeout": 0})
         with engine.connect() as holder:
-            queue.dao.begin_write(holder)
+            one_queue.dao.begin_write(holder)
             with other.connect() as conn, pytest.raises(sa.exc.OperationalError) as caught:
-                queue.dao.begin_write(conn)
+                one_queue.dao.begin_write(conn)
             holder.rollback()
         other.dispose()
-        assert queue.dao.classify(caught.value) is ErrorKind.TRANSIENT
+        assert one_queue.dao.classify(caught.value) is ErrorKind.TRANSIENT
         return
-    queue.offer("a", 1)
-    queue.offer("b", 2)
+    one_queue.offer("a", 1)
+    one_queue.offer("b", 2)
 
     def touch(key):
-        return sa.update(table).where(table.c.pkind == queue.pkind, table.c.pkey == key) \
+        return sa.update(table).where(table.c.pkind == one_queue.pkind, table.c.pkey == key) \
             .values(deliveries=table.c.deliveries + 1)
 
     errors = provoke(engine, [(touch("a"), touch("b")), (touch("b"), touch("a"))])
     assert len(errors) == 1
-    assert queue.dao.classify(errors[0]) is ErrorKind.TRANSIENT
+    assert one_queue.dao.classify(errors[0]) is ErrorKind.TRANSIENT
 
 
-def test_transient_errors_are_retried_and_others_are_not(queue, engine):
+def test_transient_errors_are_retried_and_others_are_not(make_queue, front):
     class Transient(sa.exc.DBAPIError):
         pass
 
-    executor = Executor(engine, queue.dao)
-    executor.dao = _ClassifyAs(queue.dao, Transient)
+    executor = front.executor(_ClassifyAs(make_queue().dao, Transient))
     calls = []
 
     def flaky(conn):
@@ -89,7 +96,7 @@ def test_transient_errors_are_retried_and_others_are_not(queue, engine):
             raise Transient("UPDATE …", {}, Exception("deadlock"))
         return "done"
 
-    assert executor.run(flaky, write=True) == "done" and len(calls) == 3
+    assert front.run(executor.run, flaky, write=True) == "done" and len(calls) == 3
 
     def broken(conn):
         calls.append(1)
@@ -97,7 +104,7 @@ def test_transient_errors_are_retried_and_others_are_not(queue, engine):
 
     calls.clear()
     with pytest.raises(ValueError):
-        executor.run(broken, write=True)
+        front.run(executor.run, broken, write=True)
     assert len(calls) == 1
 
 

@@ -12,8 +12,17 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import Message, OfferOutcome
+from sqldelay import DelayedQueue, Message, OfferOutcome
 from sqldelay.dialects import ErrorKind, OfferRow
+
+from ..conftest import unique_name
+
+
+@pytest.fixture
+def one_queue(engine, table_name):
+    """A blocking queue: what is tested is each database's locking, once per database
+    (a fixture named ``queue`` would run these on every front end's target)."""
+    return DelayedQueue(engine, unique_name("q"), table_name=table_name)
 
 
 class _PauseAfterLockingRead:
@@ -34,14 +43,14 @@ class _PauseAfterLockingRead:
         return result
 
 
-def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(queue, engine):
+def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(one_queue, engine):
     # Ascending new keys after every existing one: under InnoDB's REPEATABLE READ each
     # producer's locking read takes a gap lock on the same gap, and each insert then waits
     # for the other's gap lock (error 1213). Every dialect's offer transaction must avoid it.
     if engine.dialect.name == "sqlite":
         pytest.skip("one writer at a time: two offer transactions cannot interleave")
-    queue.offer("order-1000", {"n": 1000})
-    reads_first = queue.dao.name != "postgresql"  # PostgreSQL's offer is one statement
+    one_queue.offer("order-1000", {"n": 1000})
+    reads_first = one_queue.dao.name != "postgresql"  # PostgreSQL's offer is one statement
     barrier = threading.Barrier(2, timeout=30)
     errors: list[BaseException] = []
     outcomes: list[list[OfferOutcome]] = []
@@ -49,11 +58,11 @@ def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(queue, engine):
     def produce(key: str) -> None:
         with engine.connect() as conn:
             try:
-                queue.dao.begin_offer(conn)
-                queue.dao.begin_write(conn)
+                one_queue.dao.begin_offer(conn)
+                one_queue.dao.begin_write(conn)
                 target = _PauseAfterLockingRead(conn, barrier) if reads_first else conn
-                outcomes.append(queue.dao.offer(
-                    target, queue.pkind, [OfferRow(key, b"{}", 0, True)], 0))
+                outcomes.append(one_queue.dao.offer(
+                    target, one_queue.pkind, [OfferRow(key, b"{}", 0, True)], 0))
                 conn.commit()
             except BaseException as exc:
                 errors.append(exc)
@@ -65,11 +74,11 @@ def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(queue, engine):
     for t in threads:
         t.join()
     assert errors == [] and outcomes == [[OfferOutcome.CREATED]] * 2
-    assert queue.contains("order-1001") and queue.contains("order-1002")
+    assert one_queue.contains("order-1001") and one_queue.contains("order-1002")
 
 
 @pytest.mark.slow
-def test_overlapping_batches_in_opposite_orders_do_not_deadlock(queue, engine):
+def test_overlapping_batches_in_opposite_orders_do_not_deadlock(one_queue, engine):
     # Two producers offer the same 400 keys (half already queued, so updated; half new) in
     # opposite orders, each in its own transaction, twenty times. Locking in input order
     # would have them meet in the middle, each holding what the other needs next.
@@ -83,17 +92,18 @@ def test_overlapping_batches_in_opposite_orders_do_not_deadlock(queue, engine):
         batch = [Message(k, {"round": n, "by": keys[0]}) for k in keys]
         with engine.connect() as conn:
             try:
-                queue.dao.begin_offer(conn)
+                one_queue.dao.begin_offer(conn)
                 start.wait()
-                queue.offer_many(batch, connection=conn)
+                one_queue.offer_many(batch, connection=conn)
                 conn.commit()
             except sa.exc.DBAPIError as exc:
                 conn.rollback()
-                (deadlocks if queue.dao.classify(exc) is ErrorKind.TRANSIENT else other).append(exc)
+                transient = one_queue.dao.classify(exc) is ErrorKind.TRANSIENT
+                (deadlocks if transient else other).append(exc)
 
     for n in range(rounds):
         keys = [f"r{n}-{i:04}" for i in range(size)]
-        queue.offer_many([Message(k, {"round": -1}) for k in keys[::2]])  # half exist already
+        one_queue.offer_many([Message(k, {"round": -1}) for k in keys[::2]])  # half exist already
         start = threading.Barrier(2, timeout=30)
         threads = [threading.Thread(target=produce, args=(order, n, start))
                    for order in (keys, keys[::-1])]
@@ -103,4 +113,4 @@ def test_overlapping_batches_in_opposite_orders_do_not_deadlock(queue, engine):
             t.join()
     assert other == []
     assert deadlocks == []
-    assert queue.stats().due == rounds * size
+    assert one_queue.stats().due == rounds * size

@@ -239,21 +239,29 @@ def test_offer_many_splits_large_payloads_into_statements_the_server_accepts(mak
     assert {e.key: e.payload for e in got} == blobs
 
 
-def test_connection_joins_the_callers_transaction(queue, engine):
-    with engine.connect() as conn:
+def test_connection_joins_the_callers_transaction(queue, front):
+    with front.connect() as conn:
         queue.offer("rolled-back", 1, connection=conn)
         queue.offer_many([Message("rb2", 2)], connection=conn)
         assert queue.contains("rolled-back", connection=conn)
         conn.rollback()
     assert not queue.contains("rolled-back") and not queue.contains("rb2")
-    with engine.connect() as conn:
+    with front.connect() as conn:
         queue.offer("committed", 1, connection=conn)
         conn.commit()
-    with engine.connect() as conn:
+    with front.connect() as conn:
         env = queue.poll(connection=conn)
         conn.rollback()  # the claim is undone with the transaction
     assert queue.stats().in_flight == 0
     assert queue.poll().key == env.key == "committed"
+
+
+def test_a_connection_of_the_other_front_end_is_refused(queue, engine, front):
+    if not front.is_async:
+        pytest.skip("the blocking front end is the one whose connection the others use")
+    with engine.connect() as conn, pytest.raises(InvalidArgumentError, match="AsyncConnection"):
+        queue.offer("k", 1, connection=conn)
+    assert not queue.contains("k")
 
 
 # ---- bad input: rejected before anything is written ----------------------------------------
@@ -358,10 +366,10 @@ def test_aware_non_utc_times_are_accepted(queue, clock):
     assert queue.get("tz").scheduled_at == at and queue.get("tz").scheduled_at.tzinfo == UTC
 
 
-def test_missing_table_says_how_to_create_it(engine, clock):
-    from sqldelay import DelayedQueue, SchemaMissingError
+def test_missing_table_says_how_to_create_it(front, clock):
+    from sqldelay import SchemaMissingError
 
-    queue = DelayedQueue(engine, "q", table_name="sqldelay_no_such_table", clock=clock)
+    queue = front.queue("q", table_name="sqldelay_no_such_table", clock=clock)
     with pytest.raises(SchemaMissingError, match="create_schema"):
         queue.offer("k", 1)
     with pytest.raises(SchemaMissingError, match="create_schema"):

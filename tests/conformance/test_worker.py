@@ -11,13 +11,11 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay import (
-    DeadLetters,
     InvalidArgumentError,
     Message,
     ProcessingMode,
     RetryPolicy,
     SystemClock,
-    Worker,
     WorkerListener,
 )
 
@@ -70,7 +68,7 @@ def in_thread(target):
 
 
 @pytest.mark.parametrize("mode", list(ProcessingMode))
-def test_retry_schedule_is_exact_then_dead_letter_then_requeue(make_queue, clock, mode):
+def test_retry_schedule_is_exact_then_dead_letter_then_requeue(make_queue, clock, mode, front):
     q = make_queue()
     q.offer("k", {"n": 1})
     calls = []
@@ -80,7 +78,7 @@ def test_retry_schedule_is_exact_then_dead_letter_then_requeue(make_queue, clock
         raise RuntimeError(f"attempt {envelope.attempt} failed")
 
     policy = RetryPolicy.exponential(S, 2, max_delay=3 * S, max_attempts=4)
-    worker = Worker(q, handler, retry=policy, mode=mode, listeners=[])
+    worker = front.worker(q, handler, retry=policy, mode=mode, listeners=[])
     start = clock.now()
     assert worker.drain() == (1 if mode is ProcessingMode.AT_LEAST_ONCE else 0)
     for wait in (S, 2 * S, 3 * S):  # 1 s, 2 s, then the 3 s cap
@@ -92,7 +90,7 @@ def test_retry_schedule_is_exact_then_dead_letter_then_requeue(make_queue, clock
     assert calls == [(start, 1), (start + S, 2), (start + 3 * S, 3), (start + 6 * S, 4)]
     assert q.get("k") is None
 
-    letters = DeadLetters.of(q)
+    letters = front.dead_letters(q)
     [dead] = letters.list(q.name)
     assert (dead.key, dead.attempts, dead.queue) == ("k", 4, q.name)
     assert dead.last_error.startswith("RuntimeError: attempt 4 failed")
@@ -105,7 +103,7 @@ def test_retry_schedule_is_exact_then_dead_letter_then_requeue(make_queue, clock
     assert (back.key, back.payload, back.attempt) == ("k", {"n": 1}, 1)
 
 
-def test_max_attempts_three_calls_the_handler_three_times(make_queue, clock):
+def test_max_attempts_three_calls_the_handler_three_times(make_queue, clock, front):
     q = make_queue()
     q.offer_many([Message(f"k{i}", i) for i in range(5)])
     calls = []
@@ -114,21 +112,21 @@ def test_max_attempts_three_calls_the_handler_three_times(make_queue, clock):
         calls.append(envelope.key)
         raise ValueError("no")
 
-    worker = Worker(q, handler, concurrency=3, batch_size=2, listeners=[],
+    worker = front.worker(q, handler, concurrency=3, batch_size=2, listeners=[],
                     retry=RetryPolicy.fixed(timedelta(0), max_attempts=3))
     worker.drain()
     assert sorted(calls) == sorted([f"k{i}" for i in range(5)] * 3)
-    assert DeadLetters.of(q).count(q.name) == 5
+    assert front.dead_letters(q).count(q.name) == 5
     assert q.stats().due == 0
 
 
-def test_dead_letters_drop_and_filter_by_queue(make_queue, clock):
+def test_dead_letters_drop_and_filter_by_queue(make_queue, clock, front):
     a, b = make_queue(), make_queue()
     for q in (a, b):
         q.offer("x", 1)
-        Worker(q, lambda e: 1 / 0, retry=RetryPolicy.fixed(S, max_attempts=1),
+        front.worker(q, lambda e: 1 / 0, retry=RetryPolicy.fixed(S, max_attempts=1),
                listeners=[]).drain()
-    letters = DeadLetters.of(a)
+    letters = front.dead_letters(a)
     [da] = letters.list(a.name)
     [db] = letters.list(b.name)
     assert "ZeroDivisionError" in da.last_error
@@ -140,24 +138,24 @@ def test_dead_letters_drop_and_filter_by_queue(make_queue, clock):
         letters.drop(db.id)
 
 
-def test_dead_letter_move_is_skipped_when_the_lock_was_lost(make_queue, clock):
+def test_dead_letter_move_is_skipped_when_the_lock_was_lost(make_queue, clock, front):
     q = make_queue()
     q.offer("k", 1)
     env = q.poll()
     q.offer("k", 2)  # an update voids the lock
-    assert DeadLetters.of(q).bury(env, "boom") is False
-    assert DeadLetters.of(q).count(q.name) == 0
+    assert front.dead_letters(q).bury(env, "boom") is False
+    assert front.dead_letters(q).count(q.name) == 0
     assert q.get("k").payload == 2
 
 
-def test_a_long_error_of_four_byte_characters_fits_the_dead_letter(make_queue):
+def test_a_long_error_of_four_byte_characters_fits_the_dead_letter(make_queue, front):
     # 3,000 characters outside the BMP (4 bytes in UTF-8, 2 units in UTF-16) and a NUL, which
     # PostgreSQL text cannot hold: stored cut to the column's 2,000 characters, NUL replaced
     q = make_queue()
     q.offer("k", 1)
     error = "\x00" + "🦄" * 3000
-    assert DeadLetters.of(q).bury(q.poll(), error) is True
-    [dead] = DeadLetters.of(q).list(q.name)
+    assert front.dead_letters(q).bury(q.poll(), error) is True
+    [dead] = front.dead_letters(q).list(q.name)
     assert dead.last_error == "\ufffd" + "🦄" * 1998 + "…"
 
 
@@ -173,7 +171,7 @@ def side_table(engine, table_name):
 
 
 def test_transactional_mode_leaves_no_trace_when_the_handler_fails(make_queue, clock,
-                                                                   engine, side_table):
+                                                                   engine, side_table, front):
     q = make_queue()
     q.offer_many([Message("good", 1), Message("bad", 2)])
 
@@ -182,7 +180,7 @@ def test_transactional_mode_leaves_no_trace_when_the_handler_fails(make_queue, c
         if envelope.key == "bad":
             raise RuntimeError("undo me")
 
-    worker = Worker(q, handler, mode=ProcessingMode.TRANSACTIONAL, batch_size=10,
+    worker = front.worker(q, handler, mode=ProcessingMode.TRANSACTIONAL, batch_size=10,
                     retry=RetryPolicy.fixed(10 * S), listeners=[])
     worker.drain()
     with engine.connect() as conn:
@@ -193,7 +191,7 @@ def test_transactional_mode_leaves_no_trace_when_the_handler_fails(make_queue, c
     assert q.stats().scheduled == 1  # rescheduled 10 s on, not due
 
     clock.advance(10 * S)
-    Worker(q, lambda e, c: c.execute(side_table.insert().values(k="bad-again")),
+    front.worker(q, lambda e, c: c.execute(side_table.insert().values(k="bad-again")),
            mode=ProcessingMode.TRANSACTIONAL, listeners=[]).drain()
     with engine.connect() as conn:
         assert sorted(conn.execute(sa.select(side_table.c.k)).scalars()) == ["bad-again", "good"]
@@ -201,7 +199,7 @@ def test_transactional_mode_leaves_no_trace_when_the_handler_fails(make_queue, c
 
 
 def test_a_transaction_that_dies_mid_batch_undoes_claim_and_work(make_queue, clock, engine,
-                                                                 side_table):
+                                                                 side_table, front):
     """A handler that breaks out of the worker (not an Exception) rolls everything back."""
     q = make_queue()
     q.offer("k", 1)
@@ -214,14 +212,14 @@ def test_a_transaction_that_dies_mid_batch_undoes_claim_and_work(make_queue, clo
         raise Fatal()
 
     with pytest.raises(Fatal):
-        Worker(q, handler, mode=ProcessingMode.TRANSACTIONAL, listeners=[]).drain()
+        front.worker(q, handler, mode=ProcessingMode.TRANSACTIONAL, listeners=[]).drain()
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(side_table)).scalar() == 0
     message = q.get("k")
     assert message.deliveries == 0 and not message.in_flight
 
 
-def test_envelope_extend_prevents_redelivery(make_queue, clock):
+def test_envelope_extend_prevents_redelivery(make_queue, clock, front):
     q = make_queue(acquire_timeout=timedelta(minutes=5))
     other = make_queue(q.name)
     q.offer("long", 1)
@@ -234,7 +232,7 @@ def test_envelope_extend_prevents_redelivery(make_queue, clock):
         extended.set()
         release.wait(30)
 
-    worker = Worker(q, handler, listeners=[])
+    worker = front.worker(q, handler, listeners=[])
     thread = in_thread(worker.drain)
     assert extended.wait(20)
     clock.advance(timedelta(minutes=10))  # the first lock would have expired
@@ -244,7 +242,7 @@ def test_envelope_extend_prevents_redelivery(make_queue, clock):
     assert calls == [1] and q.get("long") is None
 
 
-def test_heartbeat_renews_the_lock_of_a_running_handler(make_queue, clock):
+def test_heartbeat_renews_the_lock_of_a_running_handler(make_queue, clock, front):
     q = make_queue(acquire_timeout=30 * S)
     other = make_queue(q.name)
     q.offer("long", 1)
@@ -254,7 +252,7 @@ def test_heartbeat_renews_the_lock_of_a_running_handler(make_queue, clock):
         running.append(envelope)
         release.wait(30)
 
-    worker = Worker(q, handler, heartbeat=timedelta(milliseconds=20), listeners=[])
+    worker = front.worker(q, handler, heartbeat=timedelta(milliseconds=20), listeners=[])
     thread = in_thread(worker.drain)
     wait_for(lambda: running, what="the handler")
     for _ in range(3):  # 60 s in all: twice the acquire timeout
@@ -267,7 +265,8 @@ def test_heartbeat_renews_the_lock_of_a_running_handler(make_queue, clock):
     assert q.get("long") is None
 
 
-def test_a_raising_handler_never_kills_the_worker_and_listeners_see_it_all(make_queue, clock):
+def test_a_raising_handler_never_kills_the_worker_and_listeners_see_it_all(make_queue, clock,
+                                                                           front):
     q = make_queue()
     q.offer_many([Message("ok", 1), Message("bad", 2)])
     recorder = Recorder()
@@ -280,7 +279,7 @@ def test_a_raising_handler_never_kills_the_worker_and_listeners_see_it_all(make_
         if envelope.key == "bad":
             raise KeyError("missing")
 
-    worker = Worker(q, handler, batch_size=2, listeners=[Broken(), recorder],
+    worker = front.worker(q, handler, batch_size=2, listeners=[Broken(), recorder],
                     retry=RetryPolicy.fixed(S, max_attempts=2))
     worker.drain()
     clock.advance(S)
@@ -294,11 +293,11 @@ def test_a_raising_handler_never_kills_the_worker_and_listeners_see_it_all(make_
     assert ("idle",) not in events  # drain() returns instead of idling
 
 
-def test_idle_worker_sleeps_until_the_next_due_time_not_the_idle_poll(make_queue):
+def test_idle_worker_sleeps_until_the_next_due_time_not_the_idle_poll(make_queue, front):
     q = make_queue(clock=SystemClock())
     got = threading.Event()
     q.offer("soon", 1, q.clock.now() + timedelta(milliseconds=300))
-    worker = Worker(q, lambda e: got.set(), idle_poll=timedelta(minutes=5), wake_ups=False,
+    worker = front.worker(q, lambda e: got.set(), idle_poll=timedelta(minutes=5), wake_ups=False,
                     listeners=[])
     thread = in_thread(worker.run)
     try:
@@ -309,7 +308,7 @@ def test_idle_worker_sleeps_until_the_next_due_time_not_the_idle_poll(make_queue
     assert not thread.is_alive() and q.get("soon") is None
 
 
-def test_stop_releases_claimed_but_unstarted_messages(make_queue):
+def test_stop_releases_claimed_but_unstarted_messages(make_queue, front):
     q = make_queue(clock=SystemClock())
     q.offer_many([Message(f"k{i}", i) for i in range(6)])
     started, release = threading.Event(), threading.Event()
@@ -318,7 +317,7 @@ def test_stop_releases_claimed_but_unstarted_messages(make_queue):
         started.set()
         release.wait(30)
 
-    worker = Worker(q, handler, concurrency=1, batch_size=6, listeners=[])
+    worker = front.worker(q, handler, concurrency=1, batch_size=6, listeners=[])
     thread = in_thread(worker.run)
     assert started.wait(20)
     stopper = in_thread(worker.stop)
@@ -330,12 +329,12 @@ def test_stop_releases_claimed_but_unstarted_messages(make_queue):
     assert (stats.due, stats.in_flight) == (5, 0)
 
 
-def test_wake_up_on_offer_reaches_a_sleeping_worker(make_queue, engine, table_name):
+def test_wake_up_on_offer_reaches_a_sleeping_worker(make_queue, engine, table_name, front):
     q = make_queue(clock=SystemClock())
     if not q.dao.notifications:
         pytest.skip(f"{engine.dialect.name} has no notifications (polling only)")
     got = threading.Event()
-    worker = Worker(q, lambda e: got.set(), idle_poll=timedelta(minutes=5), listeners=[])
+    worker = front.worker(q, lambda e: got.set(), idle_poll=timedelta(minutes=5), listeners=[])
     thread = in_thread(worker.run)
     try:
         channel = f'LISTEN "sqldelay_{table_name}"'
@@ -368,25 +367,26 @@ def test_only_offers_due_now_notify(make_queue, engine, table_name):
     assert notes == [q.pkind]
 
 
-def test_bad_worker_arguments_are_rejected(make_queue):
+def test_bad_worker_arguments_are_rejected(make_queue, front):
     q = make_queue()
     for kwargs in ({"concurrency": 0}, {"batch_size": -1}, {"idle_poll": timedelta(0)},
                    {"retry": 3}, {"heartbeat": timedelta(hours=1)},
                    {"heartbeat": S, "mode": ProcessingMode.TRANSACTIONAL},
                    {"listeners": [object()]}):
         with pytest.raises(InvalidArgumentError):
-            Worker(q, print, **kwargs)
+            front.worker(q, print, **kwargs)
     with pytest.raises(InvalidArgumentError):
-        Worker(q, "not callable")
+        front.worker(q, "not callable")
 
 
 def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_url, table_name,
-                                                   capsys):
+                                                   capsys, front):
     from sqldelay.cli import main
 
     q = make_queue()
     q.offer_many([Message("a", 1), Message("b", 2)])
-    Worker(q, lambda e: 1 / 0, retry=RetryPolicy.fixed(S, max_attempts=1), listeners=[]).drain()
+    front.worker(q, lambda e: 1 / 0, retry=RetryPolicy.fixed(S, max_attempts=1),
+                 listeners=[]).drain()
     db = ["--url", backend_url, "--table", table_name]
 
     assert main(["dead-letters", "list", *db, "--queue", q.name]) == 0
@@ -400,20 +400,21 @@ def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_ur
     assert capsys.readouterr().out.splitlines() == ["requeued 1 dead letter(s)",
                                                     "dropped 1 dead letter(s)"]
     assert q.contains("a") and not q.contains("b")
-    assert DeadLetters.of(q).count(q.name) == 0
+    assert front.dead_letters(q).count(q.name) == 0
     with pytest.raises(SystemExit, match="ids or --all"):
         main(["dead-letters", "requeue", *db])
 
 
-def test_dead_letters_of_queues_whose_names_differ_in_case_or_wildcards_stay_apart(make_queue):
+def test_dead_letters_of_queues_whose_names_differ_in_case_or_wildcards_stay_apart(make_queue,
+                                                                                  front):
     names = [unique_name("Mail"), None, None]
     names[1] = names[0].lower()
     names[2] = names[0].replace("_", "%", 1)
     queues = [make_queue(name) for name in names]
     for q in queues:
         q.offer("k", q.name)
-        assert DeadLetters.of(q).bury(q.poll(), "gave up")
-    dead = DeadLetters.of(queues[0])
+        assert front.dead_letters(q).bury(q.poll(), "gave up")
+    dead = front.dead_letters(queues[0])
     for q in queues:
         assert [d.payload for d in dead.list(q.name)] == [f'"{q.name}"'.encode()]
         assert dead.count(q.name) == 1

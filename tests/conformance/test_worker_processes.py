@@ -7,6 +7,7 @@ each writes one line per event to a file of its own, named after its process id.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import signal
@@ -46,6 +47,25 @@ def slow(envelope) -> None:
     _write(f"done {envelope.key}")
 
 
+# the same as async def: `sqldelay worker` runs them on the asyncio worker
+async def record_async(envelope) -> None:
+    record(envelope)
+
+
+async def slow_async(envelope) -> None:
+    _write(f"start {envelope.key}")
+    await asyncio.sleep(0.5)
+    _write(f"done {envelope.key}")
+
+
+def handler_for(target, name: str) -> str:
+    return f"{name}_async" if target.is_async else name
+
+
+def url_for(target, backend_url: str) -> str:
+    return target.async_url(backend_url) if target.is_async else backend_url
+
+
 def lines(out: Path) -> list[str]:
     return [line for path in out.parent.glob(f"{out.name}.*")
             for line in path.read_text().splitlines()]
@@ -62,12 +82,13 @@ def worker_process(url: str, table: str, queue: str, handler: str, out: Path,
 
 
 def test_sigterm_finishes_running_handlers_and_releases_the_rest(make_queue, backend_url,
-                                                                  table_name, tmp_path):
+                                                                  table_name, tmp_path, target):
     q = make_queue(clock=SystemClock())
     keys = [f"k{i}" for i in range(10)]
     q.offer_many([Message(k, i) for i, k in enumerate(keys)])
     out = tmp_path / "out"
-    proc = worker_process(backend_url, table_name, q.name, "slow", out,
+    proc = worker_process(url_for(target, backend_url), table_name, q.name,
+                          handler_for(target, "slow"), out,
                           "--concurrency", "2", "--batch-size", "10", "--grace", "30")
     try:
         wait_for(lambda: sum(x.startswith("start") for x in lines(out)) >= 2,
@@ -91,7 +112,7 @@ def test_sigterm_finishes_running_handlers_and_releases_the_rest(make_queue, bac
 
 def test_worker_processes_handle_each_of_20000_messages_exactly_once(make_queue, engine,
                                                                      backend_url, table_name,
-                                                                     tmp_path):
+                                                                     tmp_path, target):
     if engine.dialect.name == "sqlite":
         pytest.skip("SQLite has one writer at a time; shared-queue processes run on servers")
     if engine.dialect.name == "mysql" and engine.dialect.is_mariadb:
@@ -100,7 +121,8 @@ def test_worker_processes_handle_each_of_20000_messages_exactly_once(make_queue,
     keys = [f"m{i}" for i in range(20_000)]
     q.offer_many([Message(k, i) for i, k in enumerate(keys)])
     out = tmp_path / "out"
-    procs = [worker_process(backend_url, table_name, q.name, "record", out, "--drain",
+    procs = [worker_process(url_for(target, backend_url), table_name, q.name,
+                            handler_for(target, "record"), out, "--drain",
                             "--concurrency", "2", "--batch-size", "200")
              for _ in range(3)]
     try:

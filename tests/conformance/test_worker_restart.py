@@ -22,7 +22,10 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import DelayedQueue, Message, Worker, WorkerListener, create_schema
+from sqldelay import Message, WorkerListener, create_schema
+
+from ..conftest import Target
+from ..fronts import AsyncFront, Front
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -143,14 +146,18 @@ class OutageSeen(WorkerListener):
             self.event.set()
 
 
-@pytest.mark.parametrize("server_class", [PrivatePostgres, PrivateMariaDB],
-                         ids=["postgresql", "mariadb"])
-def test_a_database_restart_during_a_run_loses_nothing(server_class):
+@pytest.mark.parametrize(("server_class", "driver"), [
+    (PrivatePostgres, None), (PrivatePostgres, "asyncpg"),
+    (PrivateMariaDB, None), (PrivateMariaDB, "asyncmy"),
+], ids=["postgresql", "postgresql-asyncpg", "mariadb", "mariadb-asyncmy"])
+def test_a_database_restart_during_a_run_loses_nothing(server_class, driver):
     server = server_class()
     engine = sa.create_engine(server.url)
+    create_schema(engine)
+    front = Front(engine) if driver is None else AsyncFront(Target("", driver).async_url(
+        server.url), poolclass=sa.pool.NullPool)
     try:
-        create_schema(engine)
-        q = DelayedQueue(engine, "restart", acquire_timeout=timedelta(seconds=3))
+        q = front.queue("restart", acquire_timeout=timedelta(seconds=3))
         keys = [f"r{i}" for i in range(3000)]
         q.offer_many([Message(k, i) for i, k in enumerate(keys)])
         handled: collections.Counter[str] = collections.Counter()
@@ -164,7 +171,7 @@ def test_a_database_restart_during_a_run_loses_nothing(server_class):
             time.sleep(0.001)  # a little work, so the restart lands mid-run
 
         outage = OutageSeen()
-        worker = Worker(q, handler, concurrency=4, batch_size=50,
+        worker = front.worker(q, handler, concurrency=4, batch_size=50,
                         idle_poll=timedelta(milliseconds=200), listeners=[outage])
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
@@ -192,5 +199,6 @@ def test_a_database_restart_during_a_run_loses_nothing(server_class):
             thread.join(30)
         assert not thread.is_alive()
     finally:
+        front.close()
         engine.dispose()
         server.destroy()

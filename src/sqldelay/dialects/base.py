@@ -28,6 +28,8 @@ LIKE_ESCAPE = "!"
 class ErrorKind(enum.Enum):
     DUPLICATE_KEY = "duplicate_key"
     TRANSIENT = "transient"  # deadlock, serialization failure, lock wait timeout, busy
+    # the server is shutting down, starting up or gone: a worker waits for it to come back
+    UNAVAILABLE = "unavailable"
     MISSING_TABLE = "missing_table"
     OTHER = "other"
 
@@ -141,6 +143,7 @@ class QueueDao:
     # the driver's error codes (as ``error_code`` reads them) for each kind of error
     duplicate_key_codes: ClassVar[frozenset] = frozenset()
     transient_codes: ClassVar[frozenset] = frozenset()
+    unavailable_codes: ClassVar[frozenset] = frozenset()
     missing_table_codes: ClassVar[frozenset] = frozenset()
 
     @classmethod
@@ -153,6 +156,7 @@ class QueueDao:
         code = cls.error_code(exc)
         for codes, kind in ((cls.duplicate_key_codes, ErrorKind.DUPLICATE_KEY),
                             (cls.transient_codes, ErrorKind.TRANSIENT),
+                            (cls.unavailable_codes, ErrorKind.UNAVAILABLE),
                             (cls.missing_table_codes, ErrorKind.MISSING_TABLE)):
             if code in codes:
                 return kind

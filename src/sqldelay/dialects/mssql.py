@@ -72,6 +72,9 @@ class MSSQLQueueDao(QueueDao):
     # the elastic-pool limits (49918-49920)
     transient_codes = frozenset({1205, 1222, 3960, 40501, 40613, 10928, 10929,
                                  49918, 49919, 49920})
+    # no process at the other end of the pipe, and the TCP provider's aborted, reset and
+    # timed-out connections
+    unavailable_codes = frozenset({233, 10053, 10054, 10060})
     missing_table_codes = frozenset({208})  # invalid object name
     # a chunk's multi-row INSERT and its key IN-list stay under the parameter limit
     offer_chunk = (_PARAMETER_LIMIT - 1) // _INSERT_PARAMETERS

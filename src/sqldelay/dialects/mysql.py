@@ -48,6 +48,9 @@ class MySQLQueueDao(QueueDao):
     precompiled_insert = True
     duplicate_key_codes = frozenset({1062})
     transient_codes = frozenset({1213, 1205})  # deadlock, lock wait timeout
+    # can't connect (socket, TCP), server gone away, lost connection, shutdown in progress,
+    # connection killed (MariaDB), disconnected by the server (MySQL 8)
+    unavailable_codes = frozenset({2002, 2003, 2006, 2013, 1053, 1927, 4031})
     missing_table_codes = frozenset({1146})
 
     def begin_offer(self, conn: sa.Connection) -> None:

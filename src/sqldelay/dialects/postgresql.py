@@ -51,6 +51,10 @@ class PostgresQueueDao(QueueDao):
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
     transient_codes = frozenset({"40001", "40P01", "55P03"})
+    # connection exceptions (class 08); admin shutdown, crash shutdown, cannot connect now
+    # (starting up or shutting down): asyncpg reports some of these as plain DBAPI errors
+    unavailable_codes = frozenset({"08000", "08001", "08003", "08004", "08006", "08007",
+                                   "08P01", "57P01", "57P02", "57P03"})
     missing_table_codes = frozenset({"42P01"})
 
     def __init__(self, table: sa.Table) -> None:

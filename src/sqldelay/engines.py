@@ -1,0 +1,103 @@
+"""Engines from database URLs, with the driver each front end needs and a clear error naming
+the extra to install when a driver is missing.
+
+``create_engine(url)`` makes a blocking engine, ``create_async_engine(url)`` an asyncio one;
+the latter accepts the blocking URL of a database too and picks that database's async driver
+(``postgresql+psycopg://`` stays psycopg, whose async mode SQLAlchemy selects by itself;
+``sqlite://`` becomes ``sqlite+aiosqlite://``, ``mysql+pymysql://`` ``mysql+asyncmy://``).
+The command line builds its engines here; applications may too, or call SQLAlchemy directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from .errors import SqlDelayError
+
+# driver name in a URL -> (module it imports, sqldelay extra that installs it)
+DRIVERS = {
+    "psycopg": ("psycopg", "postgresql"),
+    "psycopg_async": ("psycopg", "postgresql"),
+    "asyncpg": ("asyncpg", "asyncpg"),
+    "pymysql": ("pymysql", "mysql"),
+    "asyncmy": ("asyncmy", "asyncmy"),
+    "aiosqlite": ("aiosqlite", "aiosqlite"),
+    "pyodbc": ("pyodbc", "mssql"),
+    "aioodbc": ("aioodbc", "mssql"),
+    "oracledb": ("oracledb", "oracle"),
+    "oracledb_async": ("oracledb", "oracle"),
+}
+# backend -> the async driver used when a URL names a blocking one (or none)
+ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "psycopg", "mysql": "asyncmy",
+                 "mariadb": "asyncmy", "mssql": "aioodbc", "oracle": "oracledb_async"}
+_ASYNC_ONLY = {"asyncpg", "psycopg_async", "asyncmy", "aiosqlite", "aiomysql", "aioodbc",
+               "oracledb_async"}
+# what SQLAlchemy picks for a URL without a driver, which sqldelay does not install
+_SUGGESTED = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql",
+              "mariadb": "mariadb+pymysql"}
+
+
+class DriverMissingError(SqlDelayError):
+    """The URL's database driver is not installed."""
+
+
+def create_engine(url: str | sa.URL, **kwargs: Any) -> sa.Engine:
+    """A blocking engine for ``url``."""
+    parsed = _parse(url)
+    return _made(parsed, sa.create_engine, kwargs)
+
+
+def create_async_engine(url: str | sa.URL, **kwargs: Any):
+    """An ``AsyncEngine`` for ``url``, whose driver is made the database's async one if the
+    URL names a blocking driver or none."""
+    from sqlalchemy.ext.asyncio import create_async_engine as make
+
+    return _made(async_url(url), make, kwargs)
+
+
+def is_async_url(url: str | sa.URL) -> bool:
+    """Whether ``url`` names a driver that only works with an AsyncEngine."""
+    return _parse(url).get_driver_name() in _ASYNC_ONLY
+
+
+def async_url(url: str | sa.URL) -> sa.URL:
+    """``url`` with its database's async driver, unless it names one already."""
+    parsed = _parse(url)
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    if driver in _ASYNC_ONLY or (backend == "postgresql" and driver == "psycopg"):
+        return parsed
+    if backend not in ASYNC_DRIVERS:
+        return parsed  # an unsupported database: DelayedQueue names the supported ones
+    return parsed.set(drivername=f"{backend}+{ASYNC_DRIVERS[backend]}")
+
+
+def _parse(url: str | sa.URL) -> sa.URL:
+    try:
+        return sa.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise SqlDelayError(f"not a database URL: {url!r} ({exc})") from None
+
+
+def _made(url: sa.URL, make, kwargs: dict):
+    try:
+        return make(url, **kwargs)
+    except ModuleNotFoundError as exc:
+        raise DriverMissingError(_missing(url, exc.name or "")) from None
+    except sa.exc.NoSuchModuleError as exc:
+        raise SqlDelayError(f"{url.drivername}:// is not a database SQLAlchemy knows: "
+                            f"{exc}") from None
+
+
+def _missing(url: sa.URL, module: str) -> str:
+    driver = url.get_driver_name()
+    backend = url.get_backend_name()
+    if driver in DRIVERS and DRIVERS[driver][0] == module.split(".")[0]:
+        return (f"{url.drivername}:// needs the {DRIVERS[driver][0]} driver, which is not "
+                f"installed: pip install 'sqldelay[{DRIVERS[driver][1]}]'")
+    if "+" not in url.drivername and backend in _SUGGESTED:
+        return (f"{url.drivername}:// asks for SQLAlchemy's default driver ({module}), which "
+                f"sqldelay does not install: use {_SUGGESTED[backend]}:// (pip install "
+                f"'sqldelay[{DRIVERS[_SUGGESTED[backend].split('+')[1]][1]}]')")
+    return f"{url.drivername}:// needs the Python module {module!r}, which is not installed"
