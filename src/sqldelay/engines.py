@@ -25,7 +25,6 @@ DRIVERS = {
     "asyncmy": ("asyncmy", "asyncmy"),
     "aiosqlite": ("aiosqlite", "aiosqlite"),
     "pyodbc": ("pyodbc", "mssql"),
-    "aioodbc": ("aioodbc", "mssql"),
     "oracledb": ("oracledb", "oracle"),
     "oracledb_async": ("oracledb", "oracle"),
 }
@@ -100,4 +99,5 @@ def _missing(url: sa.URL, module: str) -> str:
         return (f"{url.drivername}:// asks for SQLAlchemy's default driver ({module}), which "
                 f"sqldelay does not install: use {_SUGGESTED[backend]}:// (pip install "
                 f"'sqldelay[{DRIVERS[_SUGGESTED[backend].split('+')[1]][1]}]')")
-    return f"{url.drivername}:// needs the Python module {module!r}, which is not installed"
+    return (f"{url.drivername}:// needs the Python module {module!r}, which is not installed: "
+            f"pip install {module}")
