@@ -9,9 +9,10 @@ meet.
 
 A target is a database reached through one front end and driver: ``postgresql`` is the
 blocking API over psycopg, ``postgresql-asyncpg`` and ``postgresql-psycopg_async`` the asyncio
-API over those drivers, and so on (``TARGETS``). Tests that take the ``queue``, ``make_queue``
-or ``front`` fixtures run on every target; the others (statements, migrations, errors of the
-database itself) once per database, through the blocking targets. SQLDELAY_TEST_BACKENDS
+API over those drivers, and so on (``TARGETS``). Tests that take the ``queue``,
+``make_queue``, ``front`` or ``async_url`` fixtures run on every target; the others
+(statements, migrations, errors of the database itself) once per database, through the
+blocking targets. SQLDELAY_TEST_BACKENDS
 narrows the run to the databases named (``sqlite,postgresql``), SQLDELAY_TEST_FRONTS to one
 front end (``sync`` or ``async``).
 """
@@ -74,7 +75,7 @@ FRONTS = os.environ.get("SQLDELAY_TEST_FRONTS", "sync,async").split(",")
 SYNC_TARGETS = [Target(d) for d in DATABASES] if "sync" in FRONTS else []
 TARGETS = SYNC_TARGETS + ([Target(d, drv) for d in DATABASES for drv in ASYNC_DRIVERS.get(d, ())]
                           if "async" in FRONTS else [])
-_FRONT_FIXTURES = {"queue", "make_queue", "front"}
+_FRONT_FIXTURES = {"queue", "make_queue", "front", "async_url"}
 
 _counter = itertools.count()
 
@@ -157,6 +158,14 @@ def front(target, backend_url, engine):
     made = AsyncFront(target.async_url(backend_url), **_pool(backend_url))
     yield made
     made.close()
+
+
+@pytest.fixture(scope="session")
+def async_url(target, backend_url) -> str:
+    """The URL of the target's database through its async driver (blocking targets skip)."""
+    if not target.is_async:
+        pytest.skip("a test of the asyncio front end alone")
+    return target.async_url(backend_url)
 
 
 @pytest.fixture
