@@ -14,6 +14,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from .checks import check_positive_int, storable_text
 from .clock import Clock, SystemClock, from_ms, to_ms
 from .dialects import OfferRow, dao_class_for
 from .dialects.base import chunked
@@ -61,7 +62,9 @@ class DeadLetters:
         queue = envelope.queue
         t = self.table
         q = queue.dao.table
-        text = error if len(error) <= ERROR_LENGTH else error[:ERROR_LENGTH - 1] + "…"
+        text = storable_text(error)
+        if len(text) > ERROR_LENGTH:  # every database's column holds ERROR_LENGTH characters
+            text = text[:ERROR_LENGTH - 1] + "…"
 
         def op(conn: sa.Connection) -> bool:
             row = conn.execute(
@@ -82,7 +85,7 @@ class DeadLetters:
     def list(self, queue: str | None = None, *, limit: int = 100,
              connection: sa.Connection | None = None) -> list[DeadLetter]:
         """The oldest ``limit`` dead letters, of one queue name or of all."""
-        _check_limit(limit)
+        check_positive_int(limit, "limit")
         t = self.table
         stmt = sa.select(t).order_by(t.c.failed_at, t.c.id).limit(limit)
         if queue is not None:
@@ -157,11 +160,6 @@ def _dead_letter(row) -> DeadLetter:
         payload=bytes(row.payload), attempts=int(row.attempts), last_error=row.last_error or "",
         failed_at=from_ms(row.failed_at), scheduled_at=from_ms(row.scheduled_at_initially),
         created_at=from_ms(row.created_at))
-
-
-def _check_limit(limit: int) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise InvalidArgumentError(f"limit must be a positive integer, got {limit!r}")
 
 
 def _check_ids(ids: Sequence[int]) -> list[int]:

@@ -10,13 +10,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .cron import CronService
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .errors import InvalidArgumentError
 from .executor import Executor
 from .messages import Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
-from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, queue_table
+from .schema import DEFAULT_TABLE, KIND_LENGTH, queue_table
 from .serializers import JsonSerializer, Serializer, encode_payload
 
 MAX_QUEUE_NAME = 60
@@ -29,15 +30,14 @@ class DelayedQueue:
     def __init__(self, engine: sa.Engine, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None) -> None:
-        if not isinstance(name, str) or not name or len(name) > MAX_QUEUE_NAME:
-            raise InvalidArgumentError(
-                f"queue name must be 1 to {MAX_QUEUE_NAME} characters, got {name!r}")
+        check_text(name, "queue name", MAX_QUEUE_NAME)
         self.serializer = serializer if serializer is not None else JsonSerializer()
-        type_name = getattr(self.serializer, "type_name", None)
-        if not isinstance(type_name, str) or not type_name or len(type_name) > _TYPE_NAME_MAX:
+        check_text(getattr(self.serializer, "type_name", None), "serializer.type_name",
+                   _TYPE_NAME_MAX)
+        type_name = self.serializer.type_name
+        if "|" in type_name:  # the separator of queue name and type name in pkind
             raise InvalidArgumentError(
-                f"serializer.type_name must be 1 to {_TYPE_NAME_MAX} characters, got "
-                f"{type_name!r}")
+                f"serializer.type_name must not contain '|', got {type_name!r}")
         self._acquire_ms = duration_ms(acquire_timeout, "acquire_timeout")
         if self._acquire_ms < 1:
             raise InvalidArgumentError("acquire_timeout must be positive")
@@ -111,8 +111,7 @@ class DelayedQueue:
     def poll_many(self, limit: int, *,
                   connection: sa.Connection | None = None) -> list[Envelope]:
         """Claim up to ``limit`` due messages (earliest first) under one lock id."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise InvalidArgumentError(f"limit must be a positive integer, got {limit!r}")
+        check_positive_int(limit, "limit")
         now = self.now_ms()
         until = now + self._acquire_ms
         lock = str(uuid.uuid4())
@@ -175,7 +174,7 @@ class DelayedQueue:
 
     def check_key(self, key: Any) -> None:
         """Refuse a key this queue cannot store, before the database is touched."""
-        _check_key_shape(key)
+        check_key(key)
         self.dao.check_key(key)
 
     def _check_own(self, envelope: Envelope) -> None:
@@ -244,15 +243,6 @@ class DelayedQueue:
         oldest = None if row.oldest_due is None else timedelta(milliseconds=now - row.oldest_due)
         return QueueStats(due=int(row.due), scheduled=int(row.scheduled),
                           in_flight=int(row.in_flight), oldest_due_age=oldest)
-
-
-def _check_key_shape(key: Any) -> None:
-    if not isinstance(key, str):
-        raise InvalidArgumentError(f"key must be a str, got {type(key).__name__}")
-    if not key:
-        raise InvalidArgumentError("key must not be empty")
-    if len(key) > KEY_LENGTH:
-        raise InvalidArgumentError(f"key is {len(key)} characters; the limit is {KEY_LENGTH}")
 
 
 def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:

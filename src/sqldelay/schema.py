@@ -205,6 +205,17 @@ def create_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
     _create_table_op(op, f"{table_name}_dead", _dead_letter_columns, _dead_letter_indexes)
 
 
+def widen_error_text_op(op, table_name: str = DEFAULT_TABLE) -> None:
+    """Migration 0003: the dead letters' error text holds ``ERROR_LENGTH`` characters of any
+    text on every database (SQL Server and Oracle declared too little room before)."""
+    from .dialects import dao_class_for
+
+    _check_table_name(table_name)
+    context = op.get_context()
+    dao_class_for(context.dialect).widen_error_text_op(op, f"{table_name}_dead",
+                                                       online=not context.as_sql)
+
+
 def drop_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """The downgrade of ``create_dead_letter_table_op``."""
     op.drop_table(f"{table_name}_dead")

@@ -79,4 +79,11 @@ def encode_payload(serializer: Serializer, payload: Any) -> bytes:
         raise PayloadError(
             f"{type(serializer).__name__}.encode returned {type(data).__name__}, not bytes"
         )
+    if not data:
+        # Oracle stores a zero-length value as NULL, so an empty payload could not be stored
+        # there; it is refused on every database alike rather than working on some
+        raise PayloadError(
+            f"{type(serializer).__name__} encoded the payload as zero bytes; an empty payload "
+            "cannot be stored on every supported database (Oracle keeps it as NULL): send at "
+            "least one byte")
     return data

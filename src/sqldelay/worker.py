@@ -39,6 +39,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from .checks import check_positive_int
 from .clock import duration_ms
 from .dead_letters import DeadLetters
 from .dialects import ErrorKind
@@ -84,9 +85,9 @@ class Worker:
             raise InvalidArgumentError(f"queue must be a DelayedQueue, got {queue!r}")
         if not callable(handler):
             raise InvalidArgumentError(f"handler must be callable, got {handler!r}")
-        _check_positive_int(concurrency, "concurrency")
+        check_positive_int(concurrency, "concurrency")
         batch_size = concurrency if batch_size is None else batch_size
-        _check_positive_int(batch_size, "batch_size")
+        check_positive_int(batch_size, "batch_size")
         retry = default_retry() if retry is None else retry
         if not isinstance(retry, RetryPolicy):
             raise InvalidArgumentError(f"retry must be a RetryPolicy, got {retry!r}")
@@ -528,11 +529,6 @@ def _start(target: Callable[[], None], name: str) -> threading.Thread:
     thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
     return thread
-
-
-def _check_positive_int(value: Any, name: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _error_text(error: BaseException) -> str:

@@ -198,6 +198,24 @@ def pyodbc_error(cls_name: str, sqlstate: str, text: str, native: int) -> sa.exc
      "another process and has been chosen as the deadlock victim. Rerun the transaction.",
      1205, ErrorKind.TRANSIENT),
     ("Error", "HY000", "Lock request time out period exceeded.", 1222, ErrorKind.TRANSIENT),
+    ("Error", "HY000", "Snapshot isolation transaction aborted due to update conflict. You "
+     "cannot use snapshot isolation to access table 'dbo.dq' directly or indirectly in "
+     "database 'test' to update, delete, or insert the row that has been modified or deleted "
+     "by another transaction. Retry the transaction or change the isolation level for the "
+     "update/delete statement.", 3960, ErrorKind.TRANSIENT),
+    # Azure SQL's transient faults, as its documentation lists them
+    ("OperationalError", "HY000", "Database 'test' on server 'srv' is not currently "
+     "available. Please retry the connection later.", 40613, ErrorKind.TRANSIENT),
+    ("OperationalError", "HY000", "The service is currently busy. Retry the request after 10 "
+     "seconds.", 40501, ErrorKind.TRANSIENT),
+    ("Error", "HY000", "Resource ID : 1. The request limit for the database is 60 and has been "
+     "reached.", 10928, ErrorKind.TRANSIENT),
+    ("Error", "HY000", "Resource ID : 1. The min guarantee is 0, max limit is 60 and the "
+     "current usage for the database is 60. However, the server is currently too busy to "
+     "support requests greater than 60 for this database.", 10929, ErrorKind.TRANSIENT),
+    *[("Error", "HY000", "The operation cannot be processed because there are too many "
+       "operations in progress for the elastic pool.", code, ErrorKind.TRANSIENT)
+      for code in (49918, 49919, 49920)],
     ("ProgrammingError", "42S02", "Invalid object name 'dq'.", 208, ErrorKind.MISSING_TABLE),
     ("ProgrammingError", "42000", "Incorrect syntax near 'x'.", 102, ErrorKind.OTHER),
 ])

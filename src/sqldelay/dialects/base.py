@@ -106,6 +106,12 @@ class QueueDao:
         """
         return []
 
+    @classmethod
+    def widen_error_text_op(cls, op, table_name: str, online: bool) -> None:
+        """Migration 0003: make ``<table>_dead.last_error`` hold ERROR_LENGTH characters of
+        any text, on databases whose first column type could not (``online``: the migration
+        runs against a live database, which can be inspected first). Nothing to do here."""
+
     def begin_write(self, conn: sa.Connection) -> None:
         """Called first in every transaction sqldelay opens to write."""
 

@@ -23,7 +23,7 @@ from sqlalchemy.dialects import mssql
 from sqlalchemy.ext.compiler import compiles
 
 from ..errors import InvalidArgumentError
-from ..schema import QueueKey, QueuePayload
+from ..schema import ERROR_LENGTH, QueueKey, QueuePayload, QueueText
 from .base import ClaimedRow, QueueDao
 
 _PARAMETER_LIMIT = 2100
@@ -42,6 +42,13 @@ def _key(type_, compiler, **kw):
     return f"NVARCHAR({2 * type_.length}) COLLATE Latin1_General_100_BIN2"
 
 
+@compiles(QueueText, "mssql")
+def _text(type_, compiler, **kw):
+    # NVARCHAR(n) counts UTF-16 code units and a character outside the BMP takes two, so n
+    # characters of any text need 2n units (4000, the largest n short of MAX, for 2000)
+    return f"NVARCHAR({2 * type_.length})"
+
+
 @compiles(QueuePayload, "mssql")
 def _payload(type_, compiler, **kw):
     # without a server version at hand SQLAlchemy renders the deprecated IMAGE type
@@ -58,7 +65,13 @@ def native_error(exc: sa.exc.DBAPIError) -> int | None:
 class MSSQLQueueDao(QueueDao):
     name = "mssql"
     duplicate_key_codes = frozenset({2627, 2601})  # unique constraint, unique index
-    transient_codes = frozenset({1205, 1222})  # deadlock victim, lock request timeout
+    # deadlock victim (1205), lock request timeout (1222), snapshot isolation update conflict
+    # (3960: the transaction must start again); and Azure SQL's transient faults, which
+    # Microsoft's "Troubleshoot transient connection errors" page says to retry: database
+    # unavailable (40613), service busy (40501), resource limits reached (10928, 10929) and
+    # the elastic-pool limits (49918-49920)
+    transient_codes = frozenset({1205, 1222, 3960, 40501, 40613, 10928, 10929,
+                                 49918, 49919, 49920})
     missing_table_codes = frozenset({208})  # invalid object name
     # a chunk's multi-row INSERT and its key IN-list stay under the parameter limit
     offer_chunk = (_PARAMETER_LIMIT - 1) // _INSERT_PARAMETERS
@@ -93,6 +106,15 @@ class MSSQLQueueDao(QueueDao):
         return native_error(exc)
 
     @classmethod
+    def widen_error_text_op(cls, op, table_name: str, online: bool) -> None:
+        # the first schema declared NVARCHAR(2000): too short for 2000 characters outside the
+        # BMP. Widening an NVARCHAR is a metadata change on SQL Server, the rows stay put.
+        if online and _declared_length(op, table_name) >= 2 * ERROR_LENGTH:
+            return
+        op.alter_column(table_name, "last_error", type_=QueueText(ERROR_LENGTH),
+                        existing_nullable=True)
+
+    @classmethod
     def check_key(cls, key: str) -> None:
         if key.endswith(" "):
             raise InvalidArgumentError(
@@ -112,3 +134,9 @@ class MSSQLQueueDao(QueueDao):
         rows.sort(key=lambda r: (r.due_ms, r.id))  # OUTPUT has no order of its own
         return rows
 
+
+def _declared_length(op, table_name: str) -> int:
+    """The declared length of ``last_error`` (0 for MAX or an unknown type)."""
+    columns = sa.inspect(op.get_bind()).get_columns(table_name)
+    kind = next(c["type"] for c in columns if c["name"] == "last_error")
+    return getattr(kind, "length", None) or 0

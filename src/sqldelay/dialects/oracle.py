@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
-from ..schema import QueueId, QueueKey, QueuePayload
+from ..schema import ERROR_LENGTH, QueueId, QueueKey, QueuePayload, QueueText
 from .base import OfferRow, QueueDao
 
 
@@ -32,6 +32,13 @@ def _id(type_, compiler, **kw):
 def _key(type_, compiler, **kw):
     # the length counts characters, not bytes, so a key of KEY_LENGTH characters always fits
     return f"VARCHAR2({type_.length} CHAR)"
+
+
+@compiles(QueueText, "oracle")
+def _text(type_, compiler, **kw):
+    # a standard VARCHAR2 holds at most 4000 bytes whatever its CHAR length, and 2000
+    # characters of UTF-8 may need 8000 (ORA-12899): free text goes into a CLOB
+    return "CLOB"
 
 
 @compiles(QueuePayload, "oracle")
@@ -69,6 +76,18 @@ class OracleQueueDao(QueueDao):
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
         return oracle_error_code(exc)
 
+    @classmethod
+    def widen_error_text_op(cls, op, table_name: str, online: bool) -> None:
+        # the first schema declared VARCHAR2(2000 CHAR), which a standard VARCHAR2's 4000-byte
+        # ceiling undercuts. Oracle cannot ALTER a VARCHAR2 into a CLOB (ORA-22858): a CLOB
+        # column takes the texts, then the name.
+        if online and not _is_varchar(op, table_name):
+            return
+        op.add_column(table_name, sa.Column("last_error_clob", QueueText(ERROR_LENGTH)))
+        op.execute(f"UPDATE {table_name} SET last_error_clob = last_error")
+        op.drop_column(table_name, "last_error")
+        op.alter_column(table_name, "last_error_clob", new_column_name="last_error")
+
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int) -> None:
         # no multi-row VALUES here, and a failed array insert keeps the rows before the
@@ -95,3 +114,9 @@ class OracleQueueDao(QueueDao):
 def _bytes(payload) -> bytes:
     # SQLAlchemy makes the driver return BLOBs as bytes unless auto_convert_lobs=False
     return payload.read() if hasattr(payload, "read") else bytes(payload)
+
+
+def _is_varchar(op, table_name: str) -> bool:
+    columns = sa.inspect(op.get_bind()).get_columns(table_name)
+    kind = next(c["type"] for c in columns if c["name"] == "last_error")
+    return isinstance(kind, sa.String) and not isinstance(kind, sa.Text)

@@ -1,0 +1,54 @@
+"""Input checks shared by every public entry point: bad input fails here, before any I/O.
+
+Text that ends up in a key column (keys, queue names, payload type names, cron prefixes) must
+be storable and comparable alike on every supported database, so what one of them cannot
+store is refused for all: a NUL character (PostgreSQL text cannot hold it; the others would
+store it, so a key would work on one database and fail on another) and lone UTF-16 surrogates
+(not Unicode scalar values: no driver can encode them as UTF-8 or UTF-16).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import InvalidArgumentError
+from .schema import KEY_LENGTH
+
+# NUL, or a surrogate code point that Python lets a str hold but no encoding accepts
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def check_text(value: Any, what: str, max_length: int) -> None:
+    """``value`` is a non-empty str of at most ``max_length`` characters, all storable."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidArgumentError(f"{what} must not be empty")
+    if len(value) > max_length:
+        raise InvalidArgumentError(
+            f"{what} is {len(value)} characters; the limit is {max_length}")
+    bad = _UNSTORABLE.search(value)
+    if bad is not None:
+        raise InvalidArgumentError(
+            f"{what} {value!r} contains {_describe(bad.group())} at position {bad.start()}, "
+            "which not every supported database can store")
+
+
+def check_key(key: Any) -> None:
+    check_text(key, "key", KEY_LENGTH)
+
+
+def check_positive_int(value: Any, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+
+
+def storable_text(text: str) -> str:
+    """Free text (an error message) made storable everywhere: unstorable characters become
+    U+FFFD, the replacement character."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def _describe(char: str) -> str:
+    return "a NUL character" if char == "\x00" else f"the lone surrogate U+{ord(char):04X}"
