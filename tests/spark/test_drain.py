@@ -13,6 +13,9 @@ import pytest
 from sqldelay import DelayedQueue, InvalidArgumentError, Message
 from sqldelay.spark import DrainCounts, drain_with_spark
 
+# run again on the standalone cluster (conftest.py)
+pytestmark = pytest.mark.spark_cluster
+
 
 def _recorder(directory: Path, fail_keys: frozenset[str] = frozenset()):
     """A handler that appends each key it sees to a file of its own process and thread."""

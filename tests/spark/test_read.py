@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from pyspark.sql import functions as F
 
 from sqldelay import DelayedQueue, Message, StrSerializer
 
 from .spark_helpers import queue_rows
+
+# run again on the standalone cluster (conftest.py)
+pytestmark = pytest.mark.spark_cluster
 
 NOW = dt.datetime.now(dt.UTC)
 

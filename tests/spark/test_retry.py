@@ -21,6 +21,9 @@ from sqldelay.spark import OfferCounts, offer_dataframe
 from .conftest import SPARK_BACKENDS
 from .spark_helpers import queue_rows
 
+# run again on the standalone cluster, whose executors retry the failed task (conftest.py)
+pytestmark = pytest.mark.spark_cluster
+
 ROWS = 20_000
 PARTITIONS = 4
 CHUNK = 1000
