@@ -9,14 +9,23 @@ from pathlib import Path
 from .harness import OURS, Figure
 
 
-def ratios(figures: list[Figure]) -> dict[tuple[str, str, str], float]:
-    """ours / reference for each (scenario, metric, reference subject) measured in the run."""
-    ours = {(f.scenario, f.metric): f.value for f in figures if f.subject == OURS}
+def is_ours(subject: str) -> bool:
+    """Ours: the blocking front end (``OURS``) or a variant of it ("sqldelay async (asyncpg)")."""
+    return subject == OURS or subject.startswith(OURS + " ")
+
+
+def ratios(figures: list[Figure]) -> dict[tuple[str, str, str, str], float]:
+    """ours / reference for each (scenario, metric, our subject, reference subject) measured
+    in the run."""
     out = {}
-    for f in figures:
-        mine = ours.get((f.scenario, f.metric))
-        if f.subject != OURS and f.value and mine is not None:
-            out[(f.scenario, f.metric, f.subject)] = mine / f.value
+    for mine in figures:
+        if not is_ours(mine.subject) or mine.value is None:
+            continue
+        for ref in figures:
+            if ((ref.scenario, ref.metric) == (mine.scenario, mine.metric)
+                    and not is_ours(ref.subject) and ref.value):
+                out[(mine.scenario, mine.metric, mine.subject, ref.subject)] = \
+                    mine.value / ref.value
     return out
 
 
@@ -25,7 +34,7 @@ def _rows(figures: list[Figure]) -> list[tuple[str, ...]]:
     rows = []
     for f in figures:
         value = "-" if f.value is None else f"{f.value:,.1f}"
-        ratio = r.get((f.scenario, f.metric, f.subject))
+        ratio = r.get((f.scenario, f.metric, OURS, f.subject))
         shown = {k: v for k, v in f.params.items() if not isinstance(v, (list, tuple, dict))}
         params = " ".join(f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in shown.items())
@@ -40,6 +49,8 @@ HEADER = ("scenario", "subject", "metric", "value", "ours/it", "parameters")
 
 
 def table(figures: list[Figure]) -> str:
+    """The figures, "ours/it" being the blocking front end's over each reference; then the
+    other variants of ours over each reference, one line each."""
     rows = [HEADER, *_rows(figures)]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = []
@@ -49,6 +60,10 @@ def table(figures: list[Figure]) -> str:
         lines.append("  ".join([*cells, row[5]]))
         if n == 0:
             lines.append("-" * len(lines[0]))
+    variants = [(key, v) for key, v in ratios(figures).items() if key[2] != OURS]
+    if variants:
+        lines += ["", "other variants of ours over the references of the same scenario:"]
+        lines += [f"  {s}: {mine} / {ref} = {v:.2f}" for (s, _, mine, ref), v in variants]
     return "\n".join(lines)
 
 
@@ -61,8 +76,9 @@ def markdown(figures: list[Figure]) -> str:
 
 def write_json(path: Path, run: dict, figures: list[Figure]) -> None:
     payload = {**run, "figures": [f.as_json() for f in figures],
-               "ratios": [{"scenario": s, "metric": m, "reference": ref, "ours_over_it": v}
-                          for (s, m, ref), v in ratios(figures).items()]}
+               "ratios": [{"scenario": s, "metric": m, "ours": mine, "reference": ref,
+                           "ours_over_it": v}
+                          for (s, m, mine, ref), v in ratios(figures).items()]}
     path.write_text(json.dumps(payload, indent=1, default=str))
 
 
@@ -82,7 +98,7 @@ def plots(out: Path, prefix: str, label: str, figures: list[Figure]) -> list[Pat
         by_scenario: dict[str, dict[str, float]] = defaultdict(dict)
         for f in bars:
             by_scenario[f.scenario][f.subject] = f.value
-        subjects = sorted({f.subject for f in bars}, key=lambda s: (s != OURS, s))
+        subjects = sorted({f.subject for f in bars}, key=lambda s: (not is_ours(s), s))
         fig, ax = plt.subplots(figsize=(9, 4.5))
         width = 0.8 / len(subjects)
         names = list(by_scenario)

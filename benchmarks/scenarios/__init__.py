@@ -5,7 +5,17 @@ OPTIONAL ones run only when named with ``--scenario``.
 
 from __future__ import annotations
 
-from . import churn, contention, peers, scaling, spark, steady, throughput, worker
+from . import (
+    asyncio_front,
+    churn,
+    contention,
+    peers,
+    scaling,
+    spark,
+    steady,
+    throughput,
+    worker,
+)
 
 SCENARIOS = {
     "offer": throughput.offer,
@@ -20,6 +30,10 @@ SCENARIOS = {
     "peers": peers.peers,
     "worker_drain": worker.worker_drain,
     "worker_wakeup": worker.worker_wakeup,
+    "async_overhead": asyncio_front.async_overhead,
+    "async_peers": asyncio_front.async_peers,
+    "async_worker_drain": asyncio_front.async_worker_drain,
+    "async_worker_wakeup": asyncio_front.async_worker_wakeup,
     "spark_offer": spark.spark_offer,
 }
 OPTIONAL = {"spark_offer"}

@@ -72,13 +72,14 @@ class Worker(WorkerBase):
 
     # ---- control ---------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Process messages until ``stop()``, SIGTERM or SIGINT."""
-        self._run(until_idle=False)
+    def run(self, *, signals: bool = True) -> None:
+        """Process messages until ``stop()``, or SIGTERM or SIGINT when ``signals`` (leave the
+        signals to the host when the worker runs inside a server that handles them)."""
+        self._run(until_idle=False, signals=signals)
 
     def drain(self) -> int:
         """Process messages until none is due, then return how many were handled."""
-        return self._run(until_idle=True)
+        return self._run(until_idle=True, signals=False)
 
     def stop(self) -> None:
         """Ask ``run()`` to finish; see ``WorkerBase`` for what finishing does."""
@@ -92,12 +93,12 @@ class Worker(WorkerBase):
 
     # ---- the run loop ------------------------------------------------------------------------
 
-    def _run(self, *, until_idle: bool) -> int:
+    def _run(self, *, until_idle: bool, signals: bool) -> int:
         if self._active.locked():
             raise RuntimeError("this worker is already running")
         with self._active:
             self._reset()
-            restore = (lambda: None) if until_idle else install_signal_handlers(self.stop)
+            restore = install_signal_handlers(self.stop) if signals else (lambda: None)
             helpers = self._start_helpers(until_idle)
             try:
                 if self.mode is ProcessingMode.TRANSACTIONAL:

@@ -24,10 +24,14 @@ def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, tmp_path,
     dialect = sa.make_url(backend_url).get_dialect().name
     result = json.loads((tmp_path / f"results-{dialect}.json").read_text())
     figures = result["figures"]
-    ours = {f["scenario"] for f in figures if f["subject"] == "sqldelay"}
-    assert ours >= set(SCENARIOS) - OPTIONAL - {"peers", "worker_drain", "worker_wakeup"}
-    assert {"peers_enqueue", "peers_process", "worker_drain", "worker_wakeup"} <= ours
-    assert all(f["value"] is not None for f in figures if f["subject"] == "sqldelay")
+    ours = {f["scenario"] for f in figures if f["subject"].startswith("sqldelay")}
+    assert ours >= set(SCENARIOS) - OPTIONAL - {"peers", "async_peers"}
+    assert {"peers_enqueue", "peers_process"} <= ours
+    assert all(f["value"] is not None for f in figures if f["subject"].startswith("sqldelay"))
+    # the asyncio front end beside the blocking one, through every async driver
+    async_subjects = {f["subject"] for f in figures if f["scenario"] == "peers_process"
+                      and f["subject"].startswith("sqldelay async")}
+    assert len(async_subjects) == (2 if dialect == "postgresql" else 1)
     assert result["environment"]["cores"] and result["load_before"]["loadavg"]
     assert "offer_many" in capsys.readouterr().out  # the printed table
     if importlib.util.find_spec("matplotlib"):
