@@ -122,9 +122,13 @@ class HandlerRunner:
     def __init__(self, threads: int) -> None:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
+        self._is_async: dict[Callable[..., Any], bool] = {}
 
     async def call(self, handler: Callable[..., Any], *args: Any) -> Any:
-        if inspect.iscoroutinefunction(handler):
+        is_async = self._is_async.get(handler)
+        if is_async is None:
+            is_async = self._is_async[handler] = inspect.iscoroutinefunction(handler)
+        if is_async:
             return await handler(*args)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="sqldelay-handler")

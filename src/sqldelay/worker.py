@@ -60,7 +60,12 @@ class Worker(WorkerBase):
         self._stop = Event()
         self._abandon = Event()  # the grace period is over: give up on the database
         self._wake = Event()
-        self._cond = Condition()
+        # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
+        # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
+        # many handlers as it brings messages, and a handler going idle wakes no other handler
+        self._lock = Lock()
+        self._work = Condition(self._lock)
+        self._state = Condition(self._lock)
         self._buffer: deque[Envelope] = deque()  # claimed, not started
         self._running: set[Envelope] = set()
         self._to_ack: list[Envelope] = []
@@ -85,7 +90,8 @@ class Worker(WorkerBase):
         """Ask ``run()`` to finish; see ``WorkerBase`` for what finishing does."""
         self._stop.set()
         self._wake.set()
-        notify_all_soon(self._cond)
+        notify_all_soon(self._work)
+        notify_all_soon(self._state)
 
     def wake(self) -> None:
         """Look for due messages now instead of at the end of the current idle sleep."""
@@ -153,10 +159,10 @@ class Worker(WorkerBase):
     def _fetch_loop(self, until_idle: bool) -> None:
         idle = False
         while not self._stop.is_set():
-            with self._cond:
+            with self._lock:
                 # refill when the buffer is empty and a handler has nothing to do
                 while not self._stop.is_set() and (self._buffer or not self._idle_handlers):
-                    self._cond.wait()
+                    self._state.wait()
             if self._stop.is_set():
                 return
             self._wake.clear()  # before the poll: a wake-up after it is not lost
@@ -166,9 +172,9 @@ class Worker(WorkerBase):
             if batch:
                 idle = False
                 self._events.emit("picked", batch)
-                with self._cond:
+                with self._lock:
                     self._buffer.extend(batch)
-                    self._cond.notify_all()
+                    self._work.notify(len(batch))
             # the acks of the batch before go out while the handlers work on this one
             if not self._patiently(self._flush_acks):
                 return
@@ -186,9 +192,9 @@ class Worker(WorkerBase):
     def _wait_until_quiet(self) -> bool:
         """drain(): wait for running handlers; True when nothing is due after them (a failure
         may have released its message due now)."""
-        with self._cond:
+        with self._lock:
             while self._running and not self._stop.is_set():
-                self._cond.wait()
+                self._state.wait()
         self._patiently(self._flush_acks)
         return not self._due_now()
 
@@ -198,18 +204,18 @@ class Worker(WorkerBase):
 
     def _handler_loop(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 while not self._buffer and not self._closing:
                     self._idle_handlers += 1
-                    self._cond.notify_all()
-                    self._cond.wait()
+                    self._state.notify_all()
+                    self._work.wait()
                     self._idle_handlers -= 1
                 if not self._buffer:
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
             ok = self._process(envelope)
-            with self._cond:
+            with self._lock:
                 self._running.discard(envelope)
                 self._handled += 1
                 if ok:
@@ -217,7 +223,7 @@ class Worker(WorkerBase):
                 if not self._buffer:
                     # only an empty buffer concerns the waiters (the fetcher refills it, drain
                     # and shutdown wait for the running set): waking them per message is costly
-                    self._cond.notify_all()
+                    self._state.notify_all()
 
     def _process(self, envelope: Envelope) -> bool:
         self._events.emit("started", envelope)
@@ -237,23 +243,23 @@ class Worker(WorkerBase):
         return True
 
     def _flush_acks(self) -> bool:
-        with self._cond:
+        with self._lock:
             batch, self._to_ack = self._to_ack, []
         try:
             if batch:
                 self.queue.ack_many(batch)
         except BaseException:
-            with self._cond:
+            with self._lock:
                 self._to_ack[:0] = batch  # acks are idempotent: send them again later
             raise
         return True
 
     def _shut_down(self, handlers: list[Spawned]) -> None:
-        with self._cond:
+        with self._lock:
             unstarted = [*self._buffer]
             self._buffer.clear()
             self._closing = True
-            self._cond.notify_all()
+            self._work.notify_all()
         deadline = time.monotonic() + self.grace_period.total_seconds()
         for envelope in unstarted:  # back to the queue at once, not when their locks expire
             self._until(deadline, partial(self.queue.release, envelope))
@@ -344,7 +350,7 @@ class Worker(WorkerBase):
                     done.append((envelope, time.perf_counter() - began))
             queue.ack_many([e for e, _ in done], connection=conn)
             conn.commit()
-        with self._cond:
+        with self._lock:
             self._handled += len(done)
         for envelope, seconds in done:
             self._events.emit("succeeded", envelope, timedelta(seconds=seconds))
@@ -377,7 +383,7 @@ class Worker(WorkerBase):
     def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
         while not wait_event(self._stop, interval):
-            with self._cond:
+            with self._lock:
                 held = [*self._running, *self._buffer]
             for envelope in held:
                 try:

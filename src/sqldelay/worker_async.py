@@ -58,7 +58,12 @@ class AsyncWorker(WorkerBase):
         self._stop = Event()
         self._abandon = Event()  # the grace period is over: give up on the database
         self._wake = Event()
-        self._cond = Condition()
+        # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
+        # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
+        # many handlers as it brings messages, and a handler going idle wakes no other handler
+        self._lock = Lock()
+        self._work = Condition(self._lock)
+        self._state = Condition(self._lock)
         self._buffer: deque[Envelope] = deque()  # claimed, not started
         self._running: set[Envelope] = set()
         self._to_ack: list[Envelope] = []
@@ -83,7 +88,8 @@ class AsyncWorker(WorkerBase):
         """Ask ``run()`` to finish; see ``WorkerBase`` for what finishing does."""
         self._stop.set()
         self._wake.set()
-        notify_all_soon(self._cond)
+        notify_all_soon(self._work)
+        notify_all_soon(self._state)
 
     def wake(self) -> None:
         """Look for due messages now instead of at the end of the current idle sleep."""
@@ -151,10 +157,10 @@ class AsyncWorker(WorkerBase):
     async def _fetch_loop(self, until_idle: bool) -> None:
         idle = False
         while not self._stop.is_set():
-            async with self._cond:
+            async with self._lock:
                 # refill when the buffer is empty and a handler has nothing to do
                 while not self._stop.is_set() and (self._buffer or not self._idle_handlers):
-                    await self._cond.wait()
+                    await self._state.wait()
             if self._stop.is_set():
                 return
             self._wake.clear()  # before the poll: a wake-up after it is not lost
@@ -164,9 +170,9 @@ class AsyncWorker(WorkerBase):
             if batch:
                 idle = False
                 self._events.emit("picked", batch)
-                async with self._cond:
+                async with self._lock:
                     self._buffer.extend(batch)
-                    self._cond.notify_all()
+                    self._work.notify(len(batch))
             # the acks of the batch before go out while the handlers work on this one
             if not await self._patiently(self._flush_acks):
                 return
@@ -184,9 +190,9 @@ class AsyncWorker(WorkerBase):
     async def _wait_until_quiet(self) -> bool:
         """drain(): wait for running handlers; True when nothing is due after them (a failure
         may have released its message due now)."""
-        async with self._cond:
+        async with self._lock:
             while self._running and not self._stop.is_set():
-                await self._cond.wait()
+                await self._state.wait()
         await self._patiently(self._flush_acks)
         return not await self._due_now()
 
@@ -196,18 +202,18 @@ class AsyncWorker(WorkerBase):
 
     async def _handler_loop(self) -> None:
         while True:
-            async with self._cond:
+            async with self._lock:
                 while not self._buffer and not self._closing:
                     self._idle_handlers += 1
-                    self._cond.notify_all()
-                    await self._cond.wait()
+                    self._state.notify_all()
+                    await self._work.wait()
                     self._idle_handlers -= 1
                 if not self._buffer:
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
             ok = await self._process(envelope)
-            async with self._cond:
+            async with self._lock:
                 self._running.discard(envelope)
                 self._handled += 1
                 if ok:
@@ -215,7 +221,7 @@ class AsyncWorker(WorkerBase):
                 if not self._buffer:
                     # only an empty buffer concerns the waiters (the fetcher refills it, drain
                     # and shutdown wait for the running set): waking them per message is costly
-                    self._cond.notify_all()
+                    self._state.notify_all()
 
     async def _process(self, envelope: Envelope) -> bool:
         self._events.emit("started", envelope)
@@ -235,23 +241,23 @@ class AsyncWorker(WorkerBase):
         return True
 
     async def _flush_acks(self) -> bool:
-        async with self._cond:
+        async with self._lock:
             batch, self._to_ack = self._to_ack, []
         try:
             if batch:
                 await self.queue.ack_many(batch)
         except BaseException:
-            async with self._cond:
+            async with self._lock:
                 self._to_ack[:0] = batch  # acks are idempotent: send them again later
             raise
         return True
 
     async def _shut_down(self, handlers: list[Spawned]) -> None:
-        async with self._cond:
+        async with self._lock:
             unstarted = [*self._buffer]
             self._buffer.clear()
             self._closing = True
-            self._cond.notify_all()
+            self._work.notify_all()
         deadline = time.monotonic() + self.grace_period.total_seconds()
         for envelope in unstarted:  # back to the queue at once, not when their locks expire
             await self._until(deadline, partial(self.queue.release, envelope))
@@ -342,7 +348,7 @@ class AsyncWorker(WorkerBase):
                     done.append((envelope, time.perf_counter() - began))
             await queue.ack_many([e for e, _ in done], connection=conn)
             await conn.commit()
-        async with self._cond:
+        async with self._lock:
             self._handled += len(done)
         for envelope, seconds in done:
             self._events.emit("succeeded", envelope, timedelta(seconds=seconds))
@@ -375,7 +381,7 @@ class AsyncWorker(WorkerBase):
     async def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
         while not await wait_event(self._stop, interval):
-            async with self._cond:
+            async with self._lock:
                 held = [*self._running, *self._buffer]
             for envelope in held:
                 try:
