@@ -40,6 +40,8 @@ class DeadLetter:
     failed_at: datetime
     scheduled_at: datetime
     created_at: datetime
+    priority: int = 0
+    group: str | None = None
 
 
 class DeadLettersBase:
@@ -69,17 +71,20 @@ class DeadLettersBase:
             text = text[:ERROR_LENGTH - 1] + "…"
 
         def op(conn: sa.Connection) -> bool:
-            row = conn.execute(
+            row = conn.execute(queue.dao.lock_rows(
                 sa.select(q.c.pkind, q.c.pkey, q.c.payload, q.c.scheduled_at_initially,
-                          q.c.created_at, q.c.deliveries)
-                .where(q.c.id == envelope.row_id, q.c.lock_uuid == envelope.lock)
-                .with_for_update()).first()
+                          q.c.created_at, q.c.deliveries, q.c.priority, q.c.group_key)
+                .where(q.c.id == envelope.row_id, q.c.lock_uuid == envelope.lock),
+                q, skip=False)).first()
             if row is None or not queue.dao.ack(conn, envelope.row_id, envelope.lock):
                 return False
             conn.execute(sa.insert(t).values(
                 pkind=row.pkind, pkey=row.pkey, payload=row.payload,
                 scheduled_at_initially=row.scheduled_at_initially, created_at=row.created_at,
-                attempts=row.deliveries, last_error=text, failed_at=queue.now_ms()))
+                attempts=row.deliveries, last_error=text, failed_at=queue.now_ms(),
+                priority=row.priority, group_key=row.group_key))
+            if row.group_key is not None:  # the group's next message may go
+                queue.dao.free_groups(conn, row.pkind, envelope.lock, [row.group_key])
             return True
 
         return op
@@ -114,10 +119,14 @@ class DeadLettersBase:
         def op(conn: sa.Connection) -> int:
             moved = 0
             for chunk in chunked(sorted(ids), self.dao.in_list_max):
-                rows = conn.execute(sa.select(t).where(t.c.id.in_(chunk)).order_by(t.c.id)
-                                    .with_for_update()).fetchall()
+                rows = conn.execute(self.dao.lock_rows(
+                    sa.select(t).where(t.c.id.in_(chunk)).order_by(t.c.id), t,
+                    skip=False)).fetchall()
                 for row in rows:
-                    offer = OfferRow(row.pkey, bytes(row.payload), due, True)
+                    offer = OfferRow(row.pkey, bytes(row.payload), due, True, row.priority,
+                                     row.group_key)
+                    if row.group_key is not None:  # its queue takes group-aware claims
+                        self.dao.write_settings(conn, row.pkind, has_groups=1)
                     self.dao.offer(conn, row.pkind, [offer], now)  # wakes workers if due
                 conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
                 moved += len(rows)
@@ -147,7 +156,7 @@ def _dead_letter(row) -> DeadLetter:
         id=int(row.id), queue=queue, type_name=type_name, key=row.pkey,
         payload=bytes(row.payload), attempts=int(row.attempts), last_error=row.last_error or "",
         failed_at=from_ms(row.failed_at), scheduled_at=from_ms(row.scheduled_at_initially),
-        created_at=from_ms(row.created_at))
+        created_at=from_ms(row.created_at), priority=row.priority, group=row.group_key)
 
 
 def _check_ids(ids: Sequence[int]) -> list[int]:

@@ -26,12 +26,15 @@ class Delivery(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One message for ``offer_many``; ``at=None`` means due now."""
+    """One message for ``offer_many``; ``at=None`` means due now. Among due messages a higher
+    ``priority`` is claimed first; messages sharing a ``group`` are handled one at a time."""
 
     key: str
     payload: Any
     at: datetime | None = None
     update: bool = True
+    priority: int = 0
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,21 @@ class QueuedMessage:
     created_at: datetime
     deliveries: int
     in_flight: bool
+    priority: int = 0
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControl:
+    """A queue's flow control as stored in the database, for every process: paused, at most
+    ``rate_limit`` claims per ``rate_period``, at most ``concurrency_limit`` in flight (None:
+    no limit), and whether it has had grouped messages."""
+
+    paused: bool
+    rate_limit: int | None
+    rate_period: timedelta | None
+    concurrency_limit: int | None
+    groups: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +82,8 @@ class Envelope:
     created_at: datetime
     attempt: int
     locked_until: datetime
+    priority: int
+    group: str | None
     row_id: int = field(repr=False)
     lock: str = field(repr=False)
     queue: DelayedQueue = field(repr=False)

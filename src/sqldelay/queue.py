@@ -16,10 +16,18 @@ from typing import Any
 from .clock import Clock
 from .concurrency import Connection, Engine, engine_problem
 from .cron import CronService
+from .dialects.flow import NeedsTransaction
 from .errors import InvalidArgumentError
 from .executor import Executor
-from .messages import Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
-from .queue_base import QueueBase
+from .messages import (
+    Envelope,
+    FlowControl,
+    Message,
+    OfferOutcome,
+    QueuedMessage,
+    QueueStats,
+)
+from .queue_base import Call, QueueBase
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 
@@ -44,15 +52,17 @@ class DelayedQueue(QueueBase):
     # ---- producing -----------------------------------------------------------------------
 
     def offer(self, key: str, payload: Any, at: datetime | None = None, *,
-              update: bool = True,
+              update: bool = True, priority: int = 0, group: str | None = None,
               connection: Connection | None = None) -> OfferOutcome:
         """Schedule ``payload`` under ``key`` for ``at`` (now when None).
 
-        CREATED for a new key; with ``update=True`` an existing message gets the new payload
-        and due time (UPDATED; an in-flight one loses its lock) unless both are unchanged
-        (IGNORED); with ``update=False`` an existing key is left alone (IGNORED).
+        CREATED for a new key; with ``update=True`` an existing message gets the new payload,
+        due time, priority and group (UPDATED; an in-flight one loses its lock) unless all are
+        unchanged (IGNORED); with ``update=False`` an existing key is left alone (IGNORED).
+        Among due messages a higher ``priority`` is claimed first; messages of one ``group``
+        are handled one at a time, in claim order.
         """
-        outcomes = self.offer_many([Message(key, payload, at, update)],
+        outcomes = self.offer_many([Message(key, payload, at, update, priority, group)],
                                    connection=connection)
         return outcomes[0]
 
@@ -67,48 +77,84 @@ class DelayedQueue(QueueBase):
         plan = self.plan_offer(messages)
         if plan is None:
             return []
-        return self.executor.run(plan.op, write=True, connection=connection,
-                                 one_statement=plan.one_statement, offer=True)
+        outcomes = self.executor.run(plan.op, write=True, connection=connection,
+                                     one_statement=plan.one_statement, offer=True)
+        if plan.flags_groups and connection is None:
+            self.groups_flagged = True  # committed (in the caller's transaction: maybe not)
+        return outcomes
 
     # ---- consuming -----------------------------------------------------------------------
 
     def poll(self, *, connection: Connection | None = None) -> Envelope | None:
-        """Claim the earliest due message for ``acquire_timeout``, or None when none is due."""
+        """Claim the first due message for ``acquire_timeout``, or None when none is due."""
         got = self.poll_many(1, connection=connection)
         return got[0] if got else None
 
     def poll_many(self, limit: int, *,
                   connection: Connection | None = None) -> list[Envelope]:
-        """Claim up to ``limit`` due messages (earliest first) under one lock id."""
-        return self.executor.run(self.claim_op(limit), write=True, connection=connection,
-                                 one_statement=self.dao.claim_is_one_statement)
+        """Claim up to ``limit`` due messages under one lock id: higher priority first, then
+        earlier due; within the queue's flow control (pause, limits, groups)."""
+        op = self.claim_op(limit)
+        try:
+            return self.executor.run(op, write=True, connection=connection,
+                                     one_statement=self.claim_alone)
+        except NeedsTransaction:  # a queue under flow control: claimed in a transaction
+            return self.executor.run(op, write=True, connection=connection)
 
     def ack(self, envelope: Envelope, *,
             connection: Connection | None = None) -> bool:
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
-        return self.executor.run(self.ack_op(envelope), write=True, connection=connection,
-                                 one_statement=True)
+        return self._run(self.ack_call(envelope), connection)
 
     def ack_many(self, envelopes: Sequence[Envelope], *,
                  connection: Connection | None = None) -> int:
         """Delete claimed messages, one statement per claim batch; returns how many were."""
-        planned = self.ack_many_op(envelopes)
-        if planned is None:
-            return 0
-        op, one = planned
-        return self.executor.run(op, write=True, connection=connection, one_statement=one)
+        call = self.ack_many_call(envelopes)
+        return 0 if call is None else self._run(call, connection)
 
     def release(self, envelope: Envelope, *, delay: timedelta | None = None,
                 connection: Connection | None = None) -> bool:
         """Give a claimed message back: due now, or after ``delay``. False if the lock is stale."""
-        return self.executor.run(self.release_op(envelope, delay), write=True,
-                                 connection=connection, one_statement=True)
+        return self._run(self.release_call(envelope, delay), connection)
 
     def extend(self, envelope: Envelope, by: timedelta | None = None, *,
                connection: Connection | None = None) -> bool:
         """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
-        return self.executor.run(self.extend_op(envelope, by), write=True,
-                                 connection=connection, one_statement=True)
+        return self._run(self.extend_call(envelope, by), connection)
+
+    def _run(self, call: Call, connection: Connection | None) -> Any:
+        return self.executor.run(call.op, write=True, connection=connection,
+                                 one_statement=call.one_statement)
+
+    # ---- flow control: stored in the database, obeyed by every consumer -------------------
+
+    def pause(self, *, connection: Connection | None = None) -> None:
+        """Stop claims from this queue, in every process, from their next claim on (offers
+        still land; messages in flight finish)."""
+        self.executor.run(self.settings_op(paused=1), write=True, connection=connection)
+
+    def resume(self, *, connection: Connection | None = None) -> None:
+        self.executor.run(self.settings_op(paused=0), write=True, connection=connection)
+
+    def set_rate_limit(self, limit: int | None, per: timedelta = timedelta(seconds=1), *,
+                       connection: Connection | None = None) -> None:
+        """At most ``limit`` messages claimed per ``per``, by all consumers together (a token
+        bucket that holds one period's worth); None lifts the limit."""
+        self.executor.run(self.rate_limit_op(limit, per), write=True,
+                          connection=connection)
+
+    def set_concurrency_limit(self, limit: int | None, *,
+                              connection: Connection | None = None) -> None:
+        """At most ``limit`` messages of this queue in flight at once, across all consumers;
+        None lifts the limit."""
+        self.executor.run(self.concurrency_limit_op(limit), write=True,
+                          connection=connection)
+
+    def flow_control(self, *,
+                     connection: Connection | None = None) -> FlowControl:
+        """The queue's pause and limits as stored in the database."""
+        return self.executor.run(self.flow_control_op(), write=False,
+                                 connection=connection)
 
     # ---- inspecting and removing ----------------------------------------------------------
 

@@ -14,10 +14,18 @@ from typing import Any
 from .clock import Clock
 from .concurrency_async import AsyncConnection, AsyncEngine, engine_problem
 from .cron_async import AsyncCronService
+from .dialects.flow import NeedsTransaction
 from .errors import InvalidArgumentError
 from .executor_async import AsyncExecutor
-from .messages import Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
-from .queue_base import QueueBase
+from .messages import (
+    Envelope,
+    FlowControl,
+    Message,
+    OfferOutcome,
+    QueuedMessage,
+    QueueStats,
+)
+from .queue_base import Call, QueueBase
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 
@@ -42,15 +50,17 @@ class AsyncDelayedQueue(QueueBase):
     # ---- producing -----------------------------------------------------------------------
 
     async def offer(self, key: str, payload: Any, at: datetime | None = None, *,
-                    update: bool = True,
+                    update: bool = True, priority: int = 0, group: str | None = None,
                     connection: AsyncConnection | None = None) -> OfferOutcome:
         """Schedule ``payload`` under ``key`` for ``at`` (now when None).
 
-        CREATED for a new key; with ``update=True`` an existing message gets the new payload
-        and due time (UPDATED; an in-flight one loses its lock) unless both are unchanged
-        (IGNORED); with ``update=False`` an existing key is left alone (IGNORED).
+        CREATED for a new key; with ``update=True`` an existing message gets the new payload,
+        due time, priority and group (UPDATED; an in-flight one loses its lock) unless all are
+        unchanged (IGNORED); with ``update=False`` an existing key is left alone (IGNORED).
+        Among due messages a higher ``priority`` is claimed first; messages of one ``group``
+        are handled one at a time, in claim order.
         """
-        outcomes = await self.offer_many([Message(key, payload, at, update)],
+        outcomes = await self.offer_many([Message(key, payload, at, update, priority, group)],
                                          connection=connection)
         return outcomes[0]
 
@@ -65,48 +75,84 @@ class AsyncDelayedQueue(QueueBase):
         plan = self.plan_offer(messages)
         if plan is None:
             return []
-        return await self.executor.run(plan.op, write=True, connection=connection,
-                                       one_statement=plan.one_statement, offer=True)
+        outcomes = await self.executor.run(plan.op, write=True, connection=connection,
+                                           one_statement=plan.one_statement, offer=True)
+        if plan.flags_groups and connection is None:
+            self.groups_flagged = True  # committed (in the caller's transaction: maybe not)
+        return outcomes
 
     # ---- consuming -----------------------------------------------------------------------
 
     async def poll(self, *, connection: AsyncConnection | None = None) -> Envelope | None:
-        """Claim the earliest due message for ``acquire_timeout``, or None when none is due."""
+        """Claim the first due message for ``acquire_timeout``, or None when none is due."""
         got = await self.poll_many(1, connection=connection)
         return got[0] if got else None
 
     async def poll_many(self, limit: int, *,
                         connection: AsyncConnection | None = None) -> list[Envelope]:
-        """Claim up to ``limit`` due messages (earliest first) under one lock id."""
-        return await self.executor.run(self.claim_op(limit), write=True, connection=connection,
-                                       one_statement=self.dao.claim_is_one_statement)
+        """Claim up to ``limit`` due messages under one lock id: higher priority first, then
+        earlier due; within the queue's flow control (pause, limits, groups)."""
+        op = self.claim_op(limit)
+        try:
+            return await self.executor.run(op, write=True, connection=connection,
+                                           one_statement=self.claim_alone)
+        except NeedsTransaction:  # a queue under flow control: claimed in a transaction
+            return await self.executor.run(op, write=True, connection=connection)
 
     async def ack(self, envelope: Envelope, *,
                   connection: AsyncConnection | None = None) -> bool:
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
-        return await self.executor.run(self.ack_op(envelope), write=True, connection=connection,
-                                       one_statement=True)
+        return await self._run(self.ack_call(envelope), connection)
 
     async def ack_many(self, envelopes: Sequence[Envelope], *,
                        connection: AsyncConnection | None = None) -> int:
         """Delete claimed messages, one statement per claim batch; returns how many were."""
-        planned = self.ack_many_op(envelopes)
-        if planned is None:
-            return 0
-        op, one = planned
-        return await self.executor.run(op, write=True, connection=connection, one_statement=one)
+        call = self.ack_many_call(envelopes)
+        return 0 if call is None else await self._run(call, connection)
 
     async def release(self, envelope: Envelope, *, delay: timedelta | None = None,
                       connection: AsyncConnection | None = None) -> bool:
         """Give a claimed message back: due now, or after ``delay``. False if the lock is stale."""
-        return await self.executor.run(self.release_op(envelope, delay), write=True,
-                                       connection=connection, one_statement=True)
+        return await self._run(self.release_call(envelope, delay), connection)
 
     async def extend(self, envelope: Envelope, by: timedelta | None = None, *,
                      connection: AsyncConnection | None = None) -> bool:
         """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
-        return await self.executor.run(self.extend_op(envelope, by), write=True,
-                                       connection=connection, one_statement=True)
+        return await self._run(self.extend_call(envelope, by), connection)
+
+    async def _run(self, call: Call, connection: AsyncConnection | None) -> Any:
+        return await self.executor.run(call.op, write=True, connection=connection,
+                                       one_statement=call.one_statement)
+
+    # ---- flow control: stored in the database, obeyed by every consumer -------------------
+
+    async def pause(self, *, connection: AsyncConnection | None = None) -> None:
+        """Stop claims from this queue, in every process, from their next claim on (offers
+        still land; messages in flight finish)."""
+        await self.executor.run(self.settings_op(paused=1), write=True, connection=connection)
+
+    async def resume(self, *, connection: AsyncConnection | None = None) -> None:
+        await self.executor.run(self.settings_op(paused=0), write=True, connection=connection)
+
+    async def set_rate_limit(self, limit: int | None, per: timedelta = timedelta(seconds=1), *,
+                             connection: AsyncConnection | None = None) -> None:
+        """At most ``limit`` messages claimed per ``per``, by all consumers together (a token
+        bucket that holds one period's worth); None lifts the limit."""
+        await self.executor.run(self.rate_limit_op(limit, per), write=True,
+                                connection=connection)
+
+    async def set_concurrency_limit(self, limit: int | None, *,
+                                    connection: AsyncConnection | None = None) -> None:
+        """At most ``limit`` messages of this queue in flight at once, across all consumers;
+        None lifts the limit."""
+        await self.executor.run(self.concurrency_limit_op(limit), write=True,
+                                connection=connection)
+
+    async def flow_control(self, *,
+                           connection: AsyncConnection | None = None) -> FlowControl:
+        """The queue's pause and limits as stored in the database."""
+        return await self.executor.run(self.flow_control_op(), write=False,
+                                       connection=connection)
 
     # ---- inspecting and removing ----------------------------------------------------------
 

@@ -22,23 +22,40 @@ from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, PayloadBudget
 from .errors import InvalidArgumentError
-from .messages import Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
-from .schema import DEFAULT_TABLE, KIND_LENGTH, queue_table
+from .messages import (
+    Envelope,
+    FlowControl,
+    Message,
+    OfferOutcome,
+    QueuedMessage,
+    QueueStats,
+)
+from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, queue_table
 from .serializers import JsonSerializer, Serializer, encode_payload
 
 MAX_QUEUE_NAME = 60
 _TYPE_NAME_MAX = KIND_LENGTH - MAX_QUEUE_NAME - 1
+# priorities are 32-bit signed integers in every database
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 
 Op = Callable[[sa.Connection], Any]
 
 
 @dataclass(frozen=True, slots=True)
-class OfferPlan:
-    """An offer ready to run: ``op`` returns the outcomes in input order; ``one_statement``
-    says it sends a single statement."""
+class Call:
+    """An operation ready to run, and whether it sends a single statement (which the
+    executor may then run in autocommit)."""
 
     op: Op
     one_statement: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OfferPlan(Call):
+    """An offer ready to run: ``op`` returns the outcomes in input order. ``flags_groups``:
+    it also marks the queue as having groups (once per queue object)."""
+
+    flags_groups: bool = False
 
 
 class QueueBase:
@@ -65,6 +82,11 @@ class QueueBase:
         self.acquire_timeout = acquire_timeout
         self.clock = clock if clock is not None else SystemClock()
         self.dao: QueueDao = dao_class_for(engine.dialect)(queue_table(sa.MetaData(), table_name))
+        # claims run as one statement where the database gains by it, until a claim finds the
+        # queue under flow control, whose claim takes a transaction
+        self.claim_alone = self.dao.claim_is_one_statement
+        # set once this object's offers have marked the queue as having groups
+        self.groups_flagged = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self.engine.url.render_as_string()!r})"
@@ -96,7 +118,11 @@ class QueueBase:
         static = PayloadBudget(dao.max_payload_bytes, dao.offer_chunk_bytes)
         planned = _chunks(rounds, rows, dao.offer_chunk, static.statement)
 
+        flag = not self.groups_flagged and any(row.group is not None for row in rows)
+
         def op(conn: sa.Connection) -> list[OfferOutcome]:
+            if flag:  # from now on claims of this queue take the group-aware path
+                dao.write_settings(conn, self.pkind, has_groups=1)
             budget = dao.payload_budget(conn)
             _check_payload_sizes(rows, budget, dao.name)
             chunks = planned if budget.statement == static.statement else _chunks(
@@ -108,8 +134,9 @@ class QueueBase:
                     outcomes[i] = outcome
             return outcomes
 
-        one = len(planned) == 1 and dao.offer_is_one_statement([rows[i] for i in planned[0]])
-        return OfferPlan(op, one)
+        one = (not flag and len(planned) == 1
+               and dao.offer_is_one_statement([rows[i] for i in planned[0]]))
+        return OfferPlan(op, one, flag)
 
     def _row(self, index: int, message: Message, now: int) -> OfferRow:
         if not isinstance(message, Message):
@@ -117,8 +144,12 @@ class QueueBase:
                 f"offer_many takes Message objects; item {index} is {type(message).__name__}")
         self.check_key(message.key)
         at = now if message.at is None else to_ms(message.at, "at")
+        check_priority(message.priority)
+        if message.group is not None:
+            check_text(message.group, "group", KEY_LENGTH)
         payload = encode_payload(self.serializer, message.payload)
-        return OfferRow(message.key, payload, at, bool(message.update))
+        return OfferRow(message.key, payload, at, bool(message.update), message.priority,
+                        message.group)
 
     # ---- claims ------------------------------------------------------------------------------
 
@@ -130,7 +161,8 @@ class QueueBase:
         lock = str(uuid.uuid4())
 
         def op(conn: sa.Connection) -> list[Envelope]:
-            rows = self.dao.claim(conn, self.pkind, now, limit, lock, until)
+            rows, controlled = self.dao.claim_checked(conn, self.pkind, now, limit, lock, until)
+            self.claim_alone = self.dao.claim_is_one_statement and not controlled
             return [self._envelope(r, lock, until) for r in rows]
 
         return op
@@ -139,8 +171,8 @@ class QueueBase:
         return Envelope(
             key=row.key, payload=self.serializer.decode(row.payload),
             scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
-            attempt=row.deliveries, locked_until=from_ms(until), row_id=row.id, lock=lock,
-            queue=self)
+            attempt=row.deliveries, locked_until=from_ms(until), priority=row.priority,
+            group=row.group, row_id=row.id, lock=lock, queue=self)
 
     def check_own(self, envelope: Envelope) -> None:
         """Refuse an envelope that another queue claimed."""
@@ -151,50 +183,116 @@ class QueueBase:
             raise InvalidArgumentError(
                 f"envelope of queue {envelope.queue.name!r} given to queue {self.name!r}")
 
-    def ack_op(self, envelope: Envelope) -> Op:
+    def ack_call(self, envelope: Envelope) -> Call:
+        """Delete a claimed message: True, or False when its lock is stale (nothing deleted).
+        A grouped message frees its group."""
         self.check_own(envelope)
-        return lambda conn: self.dao.ack(conn, envelope.row_id, envelope.lock)
+        dao, lock = self.dao, envelope.lock
+        if envelope.group is None:
+            return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
 
-    def ack_many_op(self, envelopes: Sequence[Envelope]) -> tuple[Op, bool] | None:
-        """The deletion of claimed messages, one statement per claim batch (None: none given),
-        and whether that is one statement in all."""
+        def op(conn: sa.Connection) -> bool:
+            acked = dao.ack(conn, envelope.row_id, lock)
+            dao.free_groups(conn, self.pkind, lock, [envelope.group])
+            return acked
+
+        return Call(op, False)
+
+    def ack_many_call(self, envelopes: Sequence[Envelope]) -> Call | None:
+        """The deletion of claimed messages, one statement per claim batch (None: none given);
+        the groups of grouped ones are freed."""
         by_lock: dict[str, list[int]] = {}
+        groups: dict[str, list[str]] = {}
         for env in envelopes:
             self.check_own(env)
             by_lock.setdefault(env.lock, []).append(env.row_id)
+            if env.group is not None:
+                groups.setdefault(env.lock, []).append(env.group)
         if not by_lock:
             return None
-        one = len(by_lock) == 1 and len(envelopes) <= self.dao.in_list_max
+        dao = self.dao
 
         def op(conn: sa.Connection) -> int:
-            return sum(self.dao.ack_many(conn, lock, ids) for lock, ids in by_lock.items())
+            acked = sum(dao.ack_many(conn, lock, ids) for lock, ids in by_lock.items())
+            for lock, names in groups.items():
+                dao.free_groups(conn, self.pkind, lock, names)
+            return acked
 
-        return op, one
+        one = not groups and len(by_lock) == 1 and len(envelopes) <= dao.in_list_max
+        return Call(op, one)
 
-    def release_op(self, envelope: Envelope, delay: timedelta | None) -> Op:
-        """Give a claimed message back, due now or after ``delay``: True if the lock held."""
+    def release_call(self, envelope: Envelope, delay: timedelta | None) -> Call:
+        """Give a claimed message back, due now or after ``delay``: True if the lock held. A
+        grouped message frees its group for the group's next message."""
         self.check_own(envelope)
         delay_ms = 0 if delay is None else duration_ms(delay, "delay")
-        return self._move_op(envelope, self.now_ms() + delay_ms, keep_lock=False)
+        move = self._move_op(envelope, self.now_ms() + delay_ms, keep_lock=False)
+        if envelope.group is None:
+            return Call(move, True)
 
-    def extend_op(self, envelope: Envelope, by: timedelta | None) -> Op:
+        def op(conn: sa.Connection) -> bool:
+            moved = move(conn)
+            self.dao.free_groups(conn, self.pkind, envelope.lock, [envelope.group])
+            return moved
+
+        return Call(op, False)
+
+    def extend_call(self, envelope: Envelope, by: timedelta | None) -> Call:
         """Keep the lock ``by`` (default: acquire_timeout) from now: True if it still held,
-        and then ``envelope.locked_until`` says the new expiry."""
+        and then ``envelope.locked_until`` says the new expiry (the group's too)."""
         self.check_own(envelope)
         until = self.now_ms() + (self._acquire_ms if by is None else duration_ms(by, "by"))
         move = self._move_op(envelope, until, keep_lock=True)
 
         def op(conn: sa.Connection) -> bool:
-            if move(conn):
-                envelope.locked_until = from_ms(until)
-                return True
-            return False
+            if not move(conn):
+                return False
+            if envelope.group is not None:
+                self.dao.extend_group(conn, self.pkind, envelope.lock, envelope.group, until)
+            envelope.locked_until = from_ms(until)
+            return True
 
-        return op
+        return Call(op, envelope.group is None)
 
     def _move_op(self, envelope: Envelope, scheduled_at: int, *, keep_lock: bool) -> Op:
         stmt = self.dao.move_locked(envelope.row_id, envelope.lock, scheduled_at, keep_lock)
         return lambda conn: conn.execute(stmt).rowcount > 0
+
+    # ---- flow control ----------------------------------------------------------------------
+
+    def settings_op(self, **values: Any) -> Op:
+        return lambda conn: self.dao.write_settings(conn, self.pkind, **values)
+
+    def rate_limit_op(self, limit: int | None, per: timedelta) -> Op:
+        """At most ``limit`` claims per ``per`` across every consumer (a token bucket holding
+        one period's worth, so a burst of ``limit`` after a quiet spell); None lifts it."""
+        if limit is None:
+            return self.settings_op(rate_limit=None, rate_period_ms=None, tokens_milli=None,
+                                    refilled_at=None)
+        check_positive_int(limit, "limit")
+        period = duration_ms(per, "per")
+        if period < 1:
+            raise InvalidArgumentError("per must be at least a millisecond")
+        return self.settings_op(rate_limit=limit, rate_period_ms=period,
+                                tokens_milli=limit * 1000, refilled_at=self.now_ms())
+
+    def concurrency_limit_op(self, limit: int | None) -> Op:
+        """At most ``limit`` messages of the queue in flight across every consumer."""
+        if limit is not None:
+            check_positive_int(limit, "limit")
+        return self.settings_op(max_in_flight=limit)
+
+    def flow_control_op(self) -> Op:
+        def op(conn: sa.Connection) -> FlowControl:
+            control = self.dao.read_control(conn, self.pkind)
+            if control is None:
+                return FlowControl(False, None, None, None, False)
+            period = (None if control.rate_period_ms is None
+                      else timedelta(milliseconds=control.rate_period_ms))
+            return FlowControl(control.paused, control.rate_limit, period,
+                               control.max_in_flight, control.has_groups)
+
+        return op
 
     # ---- reads and deletes -------------------------------------------------------------------
 
@@ -211,7 +309,8 @@ class QueueBase:
                 key=row.pkey, payload=self.serializer.decode(row.payload),
                 scheduled_at=from_ms(row.scheduled_at_initially),
                 created_at=from_ms(row.created_at), deliveries=row.deliveries,
-                in_flight=row.lock_uuid is not None and row.scheduled_at > now)
+                in_flight=row.lock_uuid is not None and row.scheduled_at > now,
+                priority=row.priority, group=row.group_key)
 
         return op
 
@@ -296,3 +395,11 @@ def _check_payload_sizes(rows: Sequence[OfferRow], budget: PayloadBudget, databa
             raise InvalidArgumentError(
                 f"the payload of {row.key!r} is {len(row.payload):,} bytes encoded; {database} "
                 f"takes at most {budget.message:,} ({budget.why})")
+
+
+def check_priority(priority: Any) -> None:
+    if (not isinstance(priority, int) or isinstance(priority, bool)
+            or not MIN_PRIORITY <= priority <= MAX_PRIORITY):
+        raise InvalidArgumentError(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
+            f"got {priority!r}")

@@ -1,10 +1,17 @@
-"""The queue table: one factory used by create_schema, the Alembic migration and user migrations.
+"""The tables of a queue table name, declared once for the code, create_schema, the Alembic
+migrations and users' own migrations.
 
-Column types that differ per database are small custom types here whose DDL each dialect
-module renders (``@compiles``), so this module stays free of per-database branches.
+Every column and index carries the revision of the migration that added it (and, for a
+dropped index, the one that dropped it), so the migrations build exactly their own step and
+create_schema, which runs them, builds the newest shape. Column types that differ per database
+are small custom types here whose DDL each dialect module renders (``@compiles``), so this
+module stays free of per-database branches.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
@@ -68,53 +75,190 @@ def _payload_default(type_, compiler, **kw):
     return compiler.visit_large_binary(type_, **kw)
 
 
+# the schema version this code reads and writes: the newest migration's revision
+SCHEMA_VERSION = "0004"
+
+
+class _Column(NamedTuple):
+    since: str  # the migration that added it
+    make: Callable[[], sa.Column]
+
+
+class _Index(NamedTuple):
+    suffix: str  # appended to the table's name
+    columns: tuple[str, ...]  # "name DESC" for a descending column
+    unique: bool = False
+    since: str = "0001"
+    until: str | None = None  # the migration that dropped it
+
+
+class _TableSpec(NamedTuple):
+    """One of the tables beside a queue table name, with the revision of every part, so that
+    create_schema builds the newest shape and each migration exactly its own step."""
+
+    suffix: str  # "" for the queue table itself
+    since: str
+    columns: tuple[_Column, ...]
+    indexes: tuple[_Index, ...]
+
+    def name(self, table_name: str) -> str:
+        return table_name + self.suffix
+
+    def table(self, metadata: sa.MetaData, table_name: str) -> sa.Table:
+        """The newest shape, in ``metadata``."""
+        name = self.name(table_name)
+        if name in metadata.tables:
+            return metadata.tables[name]
+        table = sa.Table(name, metadata, *(c.make() for c in self.columns))
+        for ix in self.indexes:
+            if ix.until is None:
+                sa.Index(name + ix.suffix, *_elements(ix.columns, table), unique=ix.unique)
+        return table
+
+    def create_op(self, op, table_name: str, revision: str) -> None:
+        """Create the table as revision ``revision`` has it, from an Alembic migration."""
+        name = self.name(table_name)
+        op.create_table(name, *(c.make() for c in self.columns if c.since <= revision))
+        for ix in self.indexes:
+            if ix.since <= revision and (ix.until is None or ix.until > revision):
+                op.create_index(name + ix.suffix, name, _elements(ix.columns), unique=ix.unique)
+
+    def upgrade_op(self, op, table_name: str, revision: str) -> None:
+        """Migration ``revision``'s step for this table."""
+        if self.since == revision:
+            self.create_op(op, table_name, revision)
+            return
+        if self.since > revision:
+            return
+        name = self.name(table_name)
+        for ix in self.indexes:
+            if ix.until == revision:
+                op.drop_index(name + ix.suffix, table_name=name)
+        for c in self.columns:
+            if c.since == revision:
+                op.add_column(name, c.make())
+        for ix in self.indexes:
+            if ix.since == revision:
+                op.create_index(name + ix.suffix, name, _elements(ix.columns), unique=ix.unique)
+
+    def downgrade_op(self, op, table_name: str, revision: str) -> None:
+        """Undo migration ``revision``'s step for this table."""
+        name = self.name(table_name)
+        if self.since == revision:
+            op.drop_table(name)
+            return
+        if self.since > revision:
+            return
+        for ix in self.indexes:
+            if ix.since == revision:
+                op.drop_index(name + ix.suffix, table_name=name)
+        for c in reversed(self.columns):
+            if c.since == revision:
+                op.drop_column(name, c.make().name)
+        for ix in self.indexes:
+            if ix.until == revision:
+                op.create_index(name + ix.suffix, name, _elements(ix.columns), unique=ix.unique)
+
+
+def _elements(columns: tuple[str, ...], table: sa.Table | None = None) -> list:
+    """Index elements: column names (Alembic) or columns (a Table), descending where asked."""
+    out = []
+    for column in columns:
+        name, _, order = column.partition(" ")
+        if table is None:
+            out.append(sa.text(column) if order else name)
+        else:
+            out.append(table.c[name].desc() if order else table.c[name])
+    return out
+
+
+QUEUE = _TableSpec("", "0001", (
+    _Column("0001", lambda: sa.Column("id", QueueId(), sa.Identity(), primary_key=True,
+                                      autoincrement=True)),
+    _Column("0001", lambda: sa.Column("pkind", QueueKey(KIND_LENGTH), nullable=False)),
+    _Column("0001", lambda: sa.Column("pkey", QueueKey(KEY_LENGTH), nullable=False)),
+    _Column("0001", lambda: sa.Column("payload", QueuePayload(), nullable=False)),
+    # due time in epoch ms; while a message is claimed, the time its lock expires
+    _Column("0001", lambda: sa.Column("scheduled_at", sa.BigInteger(), nullable=False)),
+    # the due time the producer asked for
+    _Column("0001", lambda: sa.Column("scheduled_at_initially", sa.BigInteger(),
+                                      nullable=False)),
+    _Column("0001", lambda: sa.Column("lock_uuid", sa.String(LOCK_LENGTH), nullable=True)),
+    _Column("0001", lambda: sa.Column("created_at", sa.BigInteger(), nullable=False)),
+    # claims so far; the attempt number of the current delivery
+    _Column("0001", lambda: sa.Column("deliveries", sa.Integer(), nullable=False)),
+    # among due messages, higher first; a default, so existing rows get 0 when it is added
+    _Column("0004", lambda: sa.Column("priority", sa.Integer(), nullable=False,
+                                      server_default=sa.text("0"))),
+    # messages of one group are handled one at a time, in order
+    _Column("0004", lambda: sa.Column("group_key", QueueKey(KEY_LENGTH), nullable=True)),
+), (
+    _Index("_kind_key_uq", ("pkind", "pkey"), unique=True),
+    # the earliest due time (next_due, stats); id makes equal due times first-in first-out
+    _Index("_kind_due_ix", ("pkind", "scheduled_at", "id")),
+    _Index("_lock_ix", ("lock_uuid",), until="0004"),
+    # claims read this one: among due messages, higher priority first, then due order
+    _Index("_kind_prio_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0004"),
+    # the locked (in-flight) messages of a queue, counted for its concurrency cap
+    _Index("_kind_lock_ix", ("pkind", "lock_uuid"), since="0004"),
+    # a group's messages
+    _Index("_kind_group_ix", ("pkind", "group_key"), since="0004"),
+))
+
+DEAD = _TableSpec("_dead", "0002", (
+    _Column("0002", lambda: sa.Column("id", QueueId(), sa.Identity(), primary_key=True,
+                                      autoincrement=True)),
+    _Column("0002", lambda: sa.Column("pkind", QueueKey(KIND_LENGTH), nullable=False)),
+    _Column("0002", lambda: sa.Column("pkey", QueueKey(KEY_LENGTH), nullable=False)),
+    _Column("0002", lambda: sa.Column("payload", QueuePayload(), nullable=False)),
+    _Column("0002", lambda: sa.Column("scheduled_at_initially", sa.BigInteger(),
+                                      nullable=False)),
+    _Column("0002", lambda: sa.Column("created_at", sa.BigInteger(), nullable=False)),
+    _Column("0002", lambda: sa.Column("attempts", sa.Integer(), nullable=False)),
+    # nullable: Oracle stores an empty error text as NULL
+    _Column("0002", lambda: sa.Column("last_error", QueueText(ERROR_LENGTH), nullable=True)),
+    _Column("0002", lambda: sa.Column("failed_at", sa.BigInteger(), nullable=False)),
+    # kept so that a requeued message keeps its place among the others
+    _Column("0004", lambda: sa.Column("priority", sa.Integer(), nullable=False,
+                                      server_default=sa.text("0"))),
+    _Column("0004", lambda: sa.Column("group_key", QueueKey(KEY_LENGTH), nullable=True)),
+), (
+    _Index("_kind_ix", ("pkind", "failed_at", "id")),
+))
+
+# a row per group that a claim has met: while one of its messages is in flight (claimed_until
+# in the future), no other is claimed; claims lock these rows (SKIP LOCKED) to decide that
+GROUPS = _TableSpec("_groups", "0004", (
+    _Column("0004", lambda: sa.Column("pkind", QueueKey(KIND_LENGTH), primary_key=True)),
+    _Column("0004", lambda: sa.Column("group_key", QueueKey(KEY_LENGTH), primary_key=True)),
+    _Column("0004", lambda: sa.Column("claimed_until", sa.BigInteger(), nullable=True)),
+    _Column("0004", lambda: sa.Column("lock_uuid", sa.String(LOCK_LENGTH), nullable=True)),
+), ())
+
+# a row per queue with flow control: paused, a rate limit (a token bucket in milli-tokens,
+# refilled as time passes, spent by claims), a cap on messages in flight, and whether the
+# queue has ever had grouped messages (claims then take the group-aware path)
+SETTINGS = _TableSpec("_settings", "0004", (
+    _Column("0004", lambda: sa.Column("pkind", QueueKey(KIND_LENGTH), primary_key=True)),
+    _Column("0004", lambda: sa.Column("paused", sa.SmallInteger(), nullable=False,
+                                      server_default=sa.text("0"))),
+    _Column("0004", lambda: sa.Column("has_groups", sa.SmallInteger(), nullable=False,
+                                      server_default=sa.text("0"))),
+    _Column("0004", lambda: sa.Column("rate_limit", sa.Integer(), nullable=True)),
+    _Column("0004", lambda: sa.Column("rate_period_ms", sa.BigInteger(), nullable=True)),
+    _Column("0004", lambda: sa.Column("tokens_milli", sa.BigInteger(), nullable=True)),
+    _Column("0004", lambda: sa.Column("refilled_at", sa.BigInteger(), nullable=True)),
+    _Column("0004", lambda: sa.Column("max_in_flight", sa.Integer(), nullable=True)),
+), ())
+
+TABLES = (QUEUE, DEAD, GROUPS, SETTINGS)
+
+
 def queue_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
-    """The queue table bound to ``metadata``; add it to your own metadata for autogenerate."""
+    """The queue table bound to ``metadata``; add it to your own metadata for autogenerate
+    (with ``schema_tables`` for the tables beside it)."""
     _check_table_name(table_name)
-    return _table(metadata, table_name, _columns, _indexes)
-
-
-def _table(metadata: sa.MetaData, name: str, columns, indexes) -> sa.Table:
-    """The table ``name`` in ``metadata``, built from column and index factories if absent."""
-    if name in metadata.tables:
-        return metadata.tables[name]
-    table = sa.Table(name, metadata, *columns())
-    for index, names, unique in indexes(name):
-        sa.Index(index, *(table.c[c] for c in names), unique=unique)
-    return table
-
-
-def _create_table_op(op, name: str, columns, indexes) -> None:
-    """The same table created from an Alembic migration."""
-    op.create_table(name, *columns())
-    for index, names, unique in indexes(name):
-        op.create_index(index, name, list(names), unique=unique)
-
-
-def _columns() -> list[sa.Column]:
-    return [
-        sa.Column("id", QueueId(), sa.Identity(), primary_key=True, autoincrement=True),
-        sa.Column("pkind", QueueKey(KIND_LENGTH), nullable=False),
-        sa.Column("pkey", QueueKey(KEY_LENGTH), nullable=False),
-        sa.Column("payload", QueuePayload(), nullable=False),
-        # due time in epoch ms; while a message is claimed, the time its lock expires
-        sa.Column("scheduled_at", sa.BigInteger(), nullable=False),
-        # the due time the producer asked for
-        sa.Column("scheduled_at_initially", sa.BigInteger(), nullable=False),
-        sa.Column("lock_uuid", sa.String(LOCK_LENGTH), nullable=True),
-        sa.Column("created_at", sa.BigInteger(), nullable=False),
-        # claims so far; the attempt number of the current delivery
-        sa.Column("deliveries", sa.Integer(), nullable=False),
-    ]
-
-
-def _indexes(table_name: str) -> list[tuple[str, tuple[str, ...], bool]]:
-    return [
-        (f"{table_name}_kind_key_uq", ("pkind", "pkey"), True),
-        # claims read this index in due order; id makes equal due times first-in first-out
-        (f"{table_name}_kind_due_ix", ("pkind", "scheduled_at", "id"), False),
-        (f"{table_name}_lock_ix", ("lock_uuid",), False),
-    ]
+    return QUEUE.table(metadata, table_name)
 
 
 def dead_letter_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
@@ -125,26 +269,23 @@ def dead_letter_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) ->
     error and how many attempts were made.
     """
     _check_table_name(table_name)
-    return _table(metadata, f"{table_name}_dead", _dead_letter_columns, _dead_letter_indexes)
+    return DEAD.table(metadata, table_name)
 
 
-def _dead_letter_columns() -> list[sa.Column]:
-    return [
-        sa.Column("id", QueueId(), sa.Identity(), primary_key=True, autoincrement=True),
-        sa.Column("pkind", QueueKey(KIND_LENGTH), nullable=False),
-        sa.Column("pkey", QueueKey(KEY_LENGTH), nullable=False),
-        sa.Column("payload", QueuePayload(), nullable=False),
-        sa.Column("scheduled_at_initially", sa.BigInteger(), nullable=False),
-        sa.Column("created_at", sa.BigInteger(), nullable=False),
-        sa.Column("attempts", sa.Integer(), nullable=False),
-        # nullable: Oracle stores an empty error text as NULL
-        sa.Column("last_error", QueueText(ERROR_LENGTH), nullable=True),
-        sa.Column("failed_at", sa.BigInteger(), nullable=False),
-    ]
+def groups_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
+    _check_table_name(table_name)
+    return GROUPS.table(metadata, table_name)
 
 
-def _dead_letter_indexes(name: str) -> list[tuple[str, tuple[str, ...], bool]]:
-    return [(f"{name}_kind_ix", ("pkind", "failed_at", "id"), False)]
+def settings_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
+    _check_table_name(table_name)
+    return SETTINGS.table(metadata, table_name)
+
+
+def schema_tables(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> list[sa.Table]:
+    """Every table of queue table name ``table_name``, newest shape, in ``metadata``."""
+    _check_table_name(table_name)
+    return [spec.table(metadata, table_name) for spec in TABLES]
 
 
 # storage presets for create_schema(tuning=...): "high-churn" suits a table whose rows are
@@ -154,64 +295,61 @@ TUNING_PRESETS = ("high-churn",)
 
 def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
                   tuning: str | None = None) -> sa.Table:
-    """Create the queue table and its indexes if absent (idempotent), with a tuning preset."""
-    schema = _Schema(engine, table_name, tuning)
+    """Create the queue tables, or upgrade them to this version's schema, keeping every
+    message (idempotent): the package's Alembic migrations, run on ``engine``. ``tuning``
+    applies a storage preset to a table it creates."""
+    from .migrate import upgrade
+
+    _check_table_name(table_name)
+    tuning_check(tuning)
     with engine.begin() as conn:
-        schema.create(conn)
+        upgrade(conn, table_name, tuning)
     with engine.connect() as conn:
-        schema.after_create(conn)
-    return schema.table
+        _after_create(conn)
+    return queue_table(sa.MetaData(), table_name)
 
 
 async def create_schema_async(engine, *, table_name: str = DEFAULT_TABLE,
                               tuning: str | None = None) -> sa.Table:
-    """``create_schema`` for an asyncio ``AsyncEngine``: the same DDL, on the async driver."""
-    schema = _Schema(_async_engine(engine, "create_schema"), table_name, tuning)
-    async with engine.begin() as conn:
-        await conn.run_sync(schema.create)
+    """``create_schema`` for an asyncio ``AsyncEngine``: the same migrations, on its driver."""
+    from .migrate import upgrade
+
+    _check_table_name(table_name)
+    tuning_check(tuning)
+    async with _async_engine(engine, "create_schema").begin() as conn:
+        await conn.run_sync(upgrade, table_name, tuning)
     async with engine.connect() as conn:
-        await conn.run_sync(schema.after_create)
-    return schema.table
+        await conn.run_sync(_after_create)
+    return queue_table(sa.MetaData(), table_name)
 
 
 def drop_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> None:
-    """Drop the queue table, its dead letters and everything in them."""
-    schema = _Schema(engine, table_name, None)
+    """Drop the queue tables, their migration state and everything in them."""
+    _check_table_name(table_name)
     with engine.begin() as conn:
-        schema.drop(conn)
+        _drop(conn, table_name)
 
 
 async def drop_schema_async(engine, *, table_name: str = DEFAULT_TABLE) -> None:
     """``drop_schema`` for an asyncio ``AsyncEngine``."""
-    schema = _Schema(_async_engine(engine, "drop_schema"), table_name, None)
-    async with engine.begin() as conn:
-        await conn.run_sync(schema.drop)
+    _check_table_name(table_name)
+    async with _async_engine(engine, "drop_schema").begin() as conn:
+        await conn.run_sync(_drop, table_name)
 
 
-class _Schema:
-    """The tables of one queue table name, created and dropped on a connection of either
-    front end (the async ones run these through ``run_sync``)."""
+def _drop(conn: sa.Connection, table_name: str) -> None:
+    metadata = sa.MetaData()
+    tables = schema_tables(metadata, table_name)
+    version = sa.Table(f"{table_name}_alembic", metadata,
+                       sa.Column("version_num", sa.String(32), primary_key=True))
+    for table in [version, *reversed(tables)]:
+        table.drop(conn, checkfirst=True)
 
-    def __init__(self, engine, table_name: str, tuning: str | None) -> None:
-        from .dialects import dao_class_for
 
-        self.dao_cls = dao_class_for(engine.dialect)
-        self.table = queue_table(sa.MetaData(), table_name)
-        self.dead = dead_letter_table(self.table.metadata, table_name)
-        self.tuning_ddl = _tuning_ddl(engine.dialect, self.table, tuning)
+def _after_create(conn: sa.Connection) -> None:
+    from .dialects import dao_class_for
 
-    def create(self, conn: sa.Connection) -> None:
-        self.table.create(conn, checkfirst=True)
-        for ddl in self.tuning_ddl:
-            conn.exec_driver_sql(ddl)
-        self.dead.create(conn, checkfirst=True)
-
-    def after_create(self, conn: sa.Connection) -> None:
-        self.dao_cls.after_create_schema(conn)
-
-    def drop(self, conn: sa.Connection) -> None:
-        self.dead.drop(conn, checkfirst=True)
-        self.table.drop(conn, checkfirst=True)
+    dao_class_for(conn.dialect).after_create_schema(conn)
 
 
 def _async_engine(engine, name: str):
@@ -223,32 +361,59 @@ def _async_engine(engine, name: str):
     return engine
 
 
-def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None = None) -> None:
-    """Create the queue table from inside your own Alembic migration: ``create_table_op(op)``,
-    with a tuning preset as ``create_schema`` takes it."""
-    _check_table_name(table_name)
-    table = queue_table(sa.MetaData(), table_name)
-    tuning_ddl = _tuning_ddl(op.get_context().dialect, table, tuning)
-    _create_table_op(op, table_name, _columns, _indexes)
-    for ddl in tuning_ddl:
-        op.execute(ddl)
-
-
-def _tuning_ddl(dialect: sa.Dialect, table: sa.Table, tuning: str | None) -> list[str]:
-    from .dialects import dao_class_for
-
-    if tuning is None:
-        return []
-    if tuning not in TUNING_PRESETS:
+def tuning_check(tuning: str | None) -> None:
+    """Refuse an unknown tuning preset before anything is created."""
+    if tuning is not None and tuning not in TUNING_PRESETS:
         raise InvalidArgumentError(
             f"tuning must be None or one of {', '.join(TUNING_PRESETS)}; got {tuning!r}")
-    return dao_class_for(dialect).tuning_ddl(table, tuning)
 
 
-def create_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
-    """Create the dead-letter table of queue table ``table_name`` from an Alembic migration."""
+def tuning_ddl(dialect: sa.Dialect, table_name: str, tuning: str | None) -> list[str]:
+    """The statements that apply a tuning preset to queue table ``table_name``."""
+    from .dialects import dao_class_for
+
+    tuning_check(tuning)
+    if tuning is None:
+        return []
+    return dao_class_for(dialect).tuning_ddl(queue_table(sa.MetaData(), table_name), tuning)
+
+
+# ---- Alembic: sqldelay's own migrations (the package's migrations/) and yours -----------
+
+def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None = None,
+                    revision: str = SCHEMA_VERSION) -> None:
+    """Create every sqldelay table of ``table_name`` from inside your own Alembic migration,
+    as schema version ``revision`` has them (default: this version's), with a tuning preset
+    as ``create_schema`` takes it. Later versions: ``upgrade_table_op``."""
     _check_table_name(table_name)
-    _create_table_op(op, f"{table_name}_dead", _dead_letter_columns, _dead_letter_indexes)
+    ddl = tuning_ddl(op.get_context().dialect, table_name, tuning)
+    for spec in TABLES:
+        if spec.since <= revision:
+            spec.create_op(op, table_name, revision)
+    for statement in ddl:
+        op.execute(statement)
+
+
+def upgrade_table_op(op, table_name: str, revision: str) -> None:
+    """Schema version ``revision``'s step (one of ``migrations/versions``), for your own
+    migrations: run each version's step in order to go from one version to another."""
+    _check_table_name(table_name)
+    for spec in TABLES:
+        spec.upgrade_op(op, table_name, revision)
+
+
+def downgrade_table_op(op, table_name: str, revision: str) -> None:
+    """The undoing of ``upgrade_table_op(op, table_name, revision)``."""
+    _check_table_name(table_name)
+    for spec in reversed(TABLES):
+        spec.downgrade_op(op, table_name, revision)
+
+
+def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
+    """The downgrade of ``create_table_op``: every sqldelay table of ``table_name``."""
+    _check_table_name(table_name)
+    for spec in reversed(TABLES):
+        op.drop_table(spec.name(table_name))
 
 
 def widen_error_text_op(op, table_name: str = DEFAULT_TABLE) -> None:
@@ -258,18 +423,8 @@ def widen_error_text_op(op, table_name: str = DEFAULT_TABLE) -> None:
 
     _check_table_name(table_name)
     context = op.get_context()
-    dao_class_for(context.dialect).widen_error_text_op(op, f"{table_name}_dead",
+    dao_class_for(context.dialect).widen_error_text_op(op, DEAD.name(table_name),
                                                        online=not context.as_sql)
-
-
-def drop_dead_letter_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
-    """The downgrade of ``create_dead_letter_table_op``."""
-    op.drop_table(f"{table_name}_dead")
-
-
-def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
-    """The downgrade of ``create_table_op``."""
-    op.drop_table(table_name)
 
 
 def _check_table_name(name: str) -> None:

@@ -27,6 +27,16 @@ class FakeResult:
     def fetchall(self):
         return list(self._rows)
 
+    def first(self):
+        return self._rows[0] if self._rows else None
+
+    def scalar(self):
+        first = self.first()
+        return None if first is None else first[0]
+
+    def scalars(self):
+        return [r[0] for r in self._rows]
+
 
 class FakeCursor:
     """A driver cursor (used by the Oracle claim); records its SQL and fetch settings."""
@@ -78,6 +88,9 @@ class RecordingConnection:
     def in_transaction(self) -> bool:
         return True
 
+    def get_execution_options(self) -> dict:
+        return {}
+
     @contextmanager
     def begin_nested(self):
         """A savepoint; how each one ended is kept in ``savepoints``."""
@@ -95,7 +108,8 @@ class RecordingConnection:
 
 
 def row(**values) -> SimpleNamespace:
-    return SimpleNamespace(**values)
+    """A result row with the given columns (priority 0 and no group unless given)."""
+    return SimpleNamespace(**{"priority": 0, "group_key": None, **values})
 
 
 def render(stmt, params, dialect: sa.Dialect) -> str:
@@ -121,3 +135,33 @@ def parses(sql: str, grammar: str) -> bool:
     """True when sqlglot's grammar for the database reads ``sql`` as exactly one statement."""
     parsed = sqlglot.parse(sql, read=grammar, error_level=sqlglot.ErrorLevel.RAISE)
     return len(parsed) == 1 and parsed[0] is not None
+
+
+# a queue under every control at once: groups, a rate limit with tokens left, a cap
+SETTINGS_ROW = row(paused=0, has_groups=1, rate_limit=10, rate_period_ms=1000, tokens_milli=5000,
+                   refilled_at=0, max_in_flight=3)
+
+
+def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, object, object]]:
+    """(label, statement, parameters) of every statement flow control sends, in order: a
+    controlled claim of a grouped, rate-limited, capped queue (the plain claim finds the queue
+    controlled, the settings are read, locked, the in-flight messages counted, the group heads
+    read, the group rows made and locked, the heads and the ungrouped messages locked, all
+    marked), the freeing and extending of a group, and a change of settings."""
+    out = []
+
+    def record(label, op, results=()):
+        conn = RecordingConnection(dialect, results)
+        op(conn)
+        out.extend((f"{label} {i}", stmt, params) for i, (stmt, params) in enumerate(conn.executed))
+
+    claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1")
+    # making group rows: PostgreSQL inserts with ON CONFLICT, the others read then insert
+    absent = [[]] if dao.name == "postgresql" else [[], []]
+    record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
+        [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], [row(id=7, group_key="g1")], *absent,
+        [row(group_key="g1")], [claimed], []])
+    record("free groups", lambda c: dao.free_groups(c, kind, "L", ["g1", "g2"]))
+    record("extend group", lambda c: dao.extend_group(c, kind, "L", "g1", 900))
+    record("settings", lambda c: dao.write_settings(c, kind, paused=1), absent)
+    return out

@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay.dialects import REGISTRY, OfferRow
-from sqldelay.schema import dead_letter_table, queue_table
+from sqldelay.schema import queue_table, schema_tables
 
-from .dao_recorder import RecordingConnection, ddl, parses, render, row
+from .dao_recorder import RecordingConnection, ddl, flow_recordings, parses, render, row
 
 GOLDEN = Path(__file__).parent / "golden"
 # dialect name -> (a URL whose dialect compiles the statements, sqlglot grammar)
@@ -30,17 +30,18 @@ DIALECTS = {
 KIND = "emails|json"
 ROWS = [OfferRow("new", b"{}", 1000, True), OfferRow("changed", b"[1]", 2000, True),
         OfferRow("kept", b"[2]", 3000, False)]
-# id, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries
-CLAIMED = (7, "k", b"{}", 10, 10, 5, 0)
+# id, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries, priority,
+# group_key
+CLAIMED = (7, "k", b"{}", 10, 10, 5, 0, 0, None)
 
 
 def emitted(name: str) -> list[tuple[str, str]]:
     """(label, SQL) for every statement the dialect's DAO emits, in a fixed order."""
     dialect = sa.make_url(DIALECTS[name][0]).get_dialect()(paramstyle="named")
     dao = REGISTRY[name](queue_table(sa.MetaData()))
-    dead = dead_letter_table(dao.table.metadata, dao.table.name)
+    tables = schema_tables(dao.table.metadata, dao.table.name)
     out = [(f"ddl {i}", sql)
-           for i, sql in enumerate(ddl(dao.table, dialect) + ddl(dead, dialect))]
+           for i, sql in enumerate(s for table in tables for s in ddl(table, dialect))]
 
     def record(label, op, results=()):
         conn = RecordingConnection(dialect, results)
@@ -57,6 +58,8 @@ def emitted(name: str) -> list[tuple[str, str]]:
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
+    out.extend((label, render(stmt, params, dialect))
+               for label, stmt, params in flow_recordings(dao, dialect, KIND))
     for label, stmt in [
         ("release", dao.move_locked(7, "L", 500, keep_lock=False)),
         ("extend", dao.move_locked(7, "L", 500, keep_lock=True)),

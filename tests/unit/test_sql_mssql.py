@@ -18,7 +18,7 @@ from sqldelay.errors import InvalidArgumentError
 from sqldelay.messages import Message, OfferOutcome
 from sqldelay.schema import dead_letter_table, queue_table
 
-from .dao_recorder import RecordingConnection, ddl, parses, render, row
+from .dao_recorder import RecordingConnection, ddl, flow_recordings, parses, render, row
 
 DIALECT = mssql.dialect()
 PARAMETER_LIMIT = 2100
@@ -50,10 +50,14 @@ def test_schema_ddl(dao):
         "pkey NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL, "
         "payload VARBINARY(MAX) NOT NULL, scheduled_at BIGINT NOT NULL, "
         "scheduled_at_initially BIGINT NOT NULL, lock_uuid VARCHAR(36) NULL, "
-        "created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, PRIMARY KEY (id) )",
+        "created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, "
+        "priority INTEGER NOT NULL DEFAULT 0, "
+        "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )",
         "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
+        "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key)",
         "CREATE UNIQUE INDEX dq_kind_key_uq ON dq (pkind, pkey)",
-        "CREATE INDEX dq_lock_ix ON dq (lock_uuid)",
+        "CREATE INDEX dq_kind_lock_ix ON dq (pkind, lock_uuid)",
+        "CREATE INDEX dq_kind_prio_ix ON dq (pkind, priority DESC, scheduled_at, id)",
     ]
     assert_tsql(statements)
 
@@ -68,7 +72,9 @@ def test_dead_letter_ddl_holds_2000_characters_of_any_text(dao):
         "pkey NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL, "
         "payload VARBINARY(MAX) NOT NULL, scheduled_at_initially BIGINT NOT NULL, "
         "created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, "
-        "last_error NVARCHAR(4000) NULL, failed_at BIGINT NOT NULL, PRIMARY KEY (id) )"
+        "last_error NVARCHAR(4000) NULL, failed_at BIGINT NOT NULL, "
+        "priority INTEGER NOT NULL DEFAULT 0, "
+        "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )"
     )
     assert_tsql([statement])
 
@@ -84,14 +90,16 @@ def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
         OfferOutcome.CREATED, OfferOutcome.IGNORED, OfferOutcome.UPDATED]
     statements = sent(conn)
     assert statements == [
-        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially FROM dq WITH (UPDLOCK, HOLDLOCK) "
+        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key "
+        "FROM dq WITH (UPDLOCK, HOLDLOCK) "
         "WHERE dq.pkind = :pkind_1 AND dq.pkey IN (:keys_1, :keys_2, :keys_3)",
         "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
-        "created_at, deliveries) VALUES (:pkind_m0, :pkey_m0, :payload_m0, :scheduled_at_m0, "
-        ":scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, :deliveries_m0)",
+        "created_at, deliveries, priority, group_key) VALUES (:pkind_m0, :pkey_m0, :payload_m0, "
+        ":scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, "
+        ":deliveries_m0, :priority_m0, :group_key_m0)",
         "UPDATE dq SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, "
-        "lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries "
-        "WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
+        "lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, "
+        "group_key=:g WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
     ]
     assert "FOR UPDATE" not in " ".join(statements)
     assert_tsql(statements)
@@ -110,30 +118,48 @@ def test_a_full_offer_chunk_is_one_insert_statement_under_the_parameter_limit(da
 
 
 def test_claim_is_one_statement_with_table_hints(dao):
-    claimed = [(7, "b", b"pb", 30, 30, 1, 1), (3, "a", b"pa", 20, 20, 1, 2)]
+    claimed = [(7, "b", b"pb", 30, 30, 1, 1, 0, None), (3, "a", b"pa", 20, 20, 1, 2, 0, None),
+               (5, "c", b"pc", 40, 40, 1, 1, 9, None)]
     conn = RecordingConnection(DIALECT, results=[claimed])
-    rows = dao.claim(conn, "q|json", 100, 2, "lock-1", 400)
+    rows = dao.claim(conn, "q|json", 100, 3, "lock-1", 400)
     assert [(r.id, r.key, r.payload, r.due_ms, r.deliveries) for r in rows] == [
-        (3, "a", b"pa", 20, 2), (7, "b", b"pb", 30, 1)]  # due order, whatever OUTPUT's order
+        (5, "c", b"pc", 40, 1), (3, "a", b"pa", 20, 2), (7, "b", b"pb", 30, 1)
+    ]  # claim order (priority, then due time), whatever OUTPUT's order
     ((stmt, params),) = conn.executed
-    assert params == {"limit": 2, "b_kind": "q|json", "b_now": 100, "lock": "lock-1",
+    assert params == {"limit": 3, "b_kind": "q|json", "b_now": 100, "lock": "lock-1",
                       "until": 400}
     statements = sent(conn)
     assert statements == [
         "WITH picked AS (SELECT TOP (:limit) id, pkey, payload, scheduled_at, "
-        "scheduled_at_initially, created_at, deliveries, lock_uuid "
+        "scheduled_at_initially, created_at, deliveries, lock_uuid, priority, group_key "
         "FROM dq WITH (ROWLOCK, UPDLOCK, READPAST) "
-        "WHERE pkind = :b_kind AND scheduled_at <= :b_now ORDER BY scheduled_at, id) "
+        "WHERE pkind = :b_kind AND scheduled_at <= :b_now AND NOT (EXISTS (SELECT * "
+        "FROM dq_settings WHERE dq_settings.pkind = :b_kind AND (dq_settings.paused != 0 OR "
+        "dq_settings.has_groups != 0 OR dq_settings.rate_limit IS NOT NULL OR "
+        "dq_settings.max_in_flight IS NOT NULL))) ORDER BY priority DESC, scheduled_at, id) "
         "UPDATE picked SET lock_uuid = :lock, scheduled_at = :until, "
         "deliveries = deliveries + 1 "
         "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
-        "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries"]
+        "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries, "
+        "inserted.priority, inserted.group_key"]
     assert_tsql(statements)
 
 
 def test_claim_binds_the_kind_as_national_text(dao):
-    kind = dao._claim.compile(dialect=DIALECT).binds["b_kind"].type
+    kind = dao._claim_statement(("guard",)).compile(dialect=DIALECT).binds["b_kind"].type
     assert isinstance(kind.dialect_impl(DIALECT), sa.Unicode)
+
+
+def test_flow_control_statements_parse(dao):
+    # pause, limits and groups: every statement of a controlled claim, of freeing and
+    # extending a group and of a settings change, compiled here and read by sqlglot
+    recorded = flow_recordings(dao, DIALECT, "q|json")
+    statements = [render(stmt, params, DIALECT) for _, stmt, params in recorded]
+    assert len(statements) >= 16
+    assert_tsql(statements)
+    locks = [s for s in statements if "dq_groups" in s and s.startswith("SELECT")]
+    assert any("WITH (UPDLOCK, ROWLOCK, READPAST)" in s for s in locks)  # SKIP LOCKED
+    assert not any("FOR UPDATE" in s for s in statements)
 
 
 def test_ack_many_splits_ids_under_the_parameter_limit(dao):
@@ -163,7 +189,8 @@ def test_reads_and_small_writes(dao):
         "UPDATE dq SET scheduled_at=:scheduled_at WHERE dq.id = :id_1 "
         "AND dq.lock_uuid = :lock_uuid_1",
         "SELECT dq.id, dq.pkind, dq.pkey, dq.payload, dq.scheduled_at, "
-        "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries FROM dq "
+        "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries, dq.priority, "
+        "dq.group_key FROM dq "
         "WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "SELECT :param_1 AS anon_1 FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "DELETE FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",

@@ -18,7 +18,7 @@ from sqldelay.dialects.oracle import OracleQueueDao
 from sqldelay.messages import OfferOutcome
 from sqldelay.schema import dead_letter_table, queue_table
 
-from .dao_recorder import RecordingConnection, ddl, parses, render, row
+from .dao_recorder import RecordingConnection, ddl, flow_recordings, parses, render, row
 
 DIALECT = oracle.dialect()
 IN_LIST_LIMIT = 1000  # ORA-01795
@@ -49,10 +49,13 @@ def test_schema_ddl(dao):
         "pkind VARCHAR2(100 CHAR) NOT NULL, pkey VARCHAR2(200 CHAR) NOT NULL, "
         "payload BLOB NOT NULL, scheduled_at NUMBER(19) NOT NULL, "
         "scheduled_at_initially NUMBER(19) NOT NULL, lock_uuid VARCHAR2(36 CHAR), "
-        "created_at NUMBER(19) NOT NULL, deliveries INTEGER NOT NULL, PRIMARY KEY (id) )",
+        "created_at NUMBER(19) NOT NULL, deliveries INTEGER NOT NULL, "
+        "priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR2(200 CHAR), PRIMARY KEY (id) )",
         "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
+        "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key)",
         "CREATE UNIQUE INDEX dq_kind_key_uq ON dq (pkind, pkey)",
-        "CREATE INDEX dq_lock_ix ON dq (lock_uuid)",
+        "CREATE INDEX dq_kind_lock_ix ON dq (pkind, lock_uuid)",
+        "CREATE INDEX dq_kind_prio_ix ON dq (pkind, priority DESC, scheduled_at, id)",
     ]
     assert_oracle(statements)
 
@@ -66,7 +69,8 @@ def test_dead_letter_ddl_holds_2000_characters_of_any_text(dao):
         "pkind VARCHAR2(100 CHAR) NOT NULL, pkey VARCHAR2(200 CHAR) NOT NULL, "
         "payload BLOB NOT NULL, scheduled_at_initially NUMBER(19) NOT NULL, "
         "created_at NUMBER(19) NOT NULL, attempts INTEGER NOT NULL, last_error CLOB, "
-        "failed_at NUMBER(19) NOT NULL, PRIMARY KEY (id) )"
+        "failed_at NUMBER(19) NOT NULL, priority INTEGER DEFAULT 0 NOT NULL, "
+        "group_key VARCHAR2(200 CHAR), PRIMARY KEY (id) )"
     )
     assert_oracle([statement])
 
@@ -82,14 +86,16 @@ def test_offer_locks_existing_rows_then_inserts_and_updates(dao):
         OfferOutcome.CREATED, OfferOutcome.IGNORED, OfferOutcome.UPDATED]
     statements = sent(conn)
     assert statements == [
-        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially FROM dq "
+        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key "
+        "FROM dq "
         "WHERE dq.pkind = :pkind_1 AND dq.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE",
         "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
-        "created_at, deliveries) VALUES (:pkind, :pkey, :payload, :scheduled_at, "
-        ":scheduled_at_initially, :lock_uuid, :created_at, :deliveries)",
+        "created_at, deliveries, priority, group_key) VALUES (:pkind, :pkey, :payload, "
+        ":scheduled_at, :scheduled_at_initially, :lock_uuid, :created_at, :deliveries, "
+        ":priority, :group_key)",
         "UPDATE dq SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, "
-        "lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries "
-        "WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
+        "lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, "
+        "group_key=:g WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
     ]
     assert_oracle(statements)
     # a failed array insert keeps the rows before the failing one: a savepoint undoes them
@@ -105,8 +111,8 @@ def test_a_full_offer_chunk_stays_under_the_in_list_limit(dao):
 
 
 def test_claim_reads_an_unlimited_locking_cursor_fetching_only_the_limit(dao):
-    due = [(3, "a", b"pa", 20, 20, 1, 1), (7, "b", b"pb", 30, 30, 1, 0),
-           (9, "c", b"pc", 40, 40, 1, 0)]
+    due = [(3, "a", b"pa", 20, 20, 1, 1, 0, None), (7, "b", b"pb", 30, 30, 1, 0, 0, None),
+           (9, "c", b"pc", 40, 40, 1, 0, 0, None)]
     conn = RecordingConnection(DIALECT, results=[due])
     rows = dao.claim(conn, "q|json", 100, 2, "lock-1", 400)
     assert [(r.id, r.key, r.payload, r.due_ms, r.deliveries) for r in rows] == [
@@ -116,8 +122,12 @@ def test_claim_reads_an_unlimited_locking_cursor_fetching_only_the_limit(dao):
     # on every due row and only ``limit`` are fetched, one fetch batch of exactly that size
     assert " ".join(call.sql.split()) == (
         "SELECT dq.id, dq.pkey, dq.payload, dq.scheduled_at, dq.scheduled_at_initially, "
-        "dq.created_at, dq.deliveries FROM dq WHERE dq.pkind = :b_kind AND "
-        "dq.scheduled_at <= :b_now ORDER BY dq.scheduled_at, dq.id FOR UPDATE SKIP LOCKED")
+        "dq.created_at, dq.deliveries, dq.priority, dq.group_key FROM dq "
+        "WHERE dq.pkind = :b_kind AND dq.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * "
+        "FROM dq_settings WHERE dq_settings.pkind = :b_kind AND (dq_settings.paused != 0 OR "
+        "dq_settings.has_groups != 0 OR dq_settings.rate_limit IS NOT NULL OR "
+        "dq_settings.max_in_flight IS NOT NULL))) "
+        "ORDER BY dq.priority DESC, dq.scheduled_at, dq.id FOR UPDATE SKIP LOCKED")
     assert call.params == {"b_kind": "q|json", "b_now": 100}
     assert (call.prefetchrows, call.arraysize) == (2, 2)
     assert all(c.closed for c in conn.cursors)
@@ -132,15 +142,29 @@ def test_claim_reads_an_unlimited_locking_cursor_fetching_only_the_limit(dao):
 def test_claim_of_nothing_due_writes_nothing(dao):
     conn = RecordingConnection(DIALECT, results=[[]])
     assert dao.claim(conn, "q|json", 100, 5, "lock-1", 400) == []
-    assert conn.executed == []
+    # only the read of the queue's settings, which says it has no flow control
+    assert [render(s, p, DIALECT).split(" FROM ")[1].split()[0]
+            for s, p in conn.executed] == ["dq_settings"]
 
 
 def test_claim_marks_ids_in_lists_under_the_limit(dao):
-    due = [(i, f"k{i}", b"p", 1, 1, 1, 0) for i in range(2500)]
+    due = [(i, f"k{i}", b"p", 1, 1, 1, 0, 0, None) for i in range(2500)]
     conn = RecordingConnection(DIALECT, results=[due])
     assert len(dao.claim(conn, "q|json", 100, 2500, "lock-1", 400)) == 2500
     sizes = [len(params["ids"]) for _, params in conn.executed]
     assert sum(sizes) == 2500 and max(sizes) < IN_LIST_LIMIT
+
+
+def test_flow_control_statements_parse(dao):
+    # pause, limits and groups: every statement of a controlled claim, of freeing and
+    # extending a group and of a settings change, compiled here and read by sqlglot
+    recorded = flow_recordings(dao, DIALECT, "q|json")
+    statements = [render(stmt, params, DIALECT) for _, stmt, params in recorded]
+    assert len(statements) >= 16
+    assert_oracle(statements)
+    locks = [s for s in statements if "dq_groups" in s and s.startswith("SELECT")]
+    assert any(s.endswith("FOR UPDATE SKIP LOCKED") for s in locks)
+    assert not any("FETCH FIRST" in s and "SKIP LOCKED" in s for s in statements)
 
 
 def test_ack_many_splits_ids_under_the_in_list_limit(dao):
@@ -167,7 +191,8 @@ def test_reads_and_small_writes(dao):
         "UPDATE dq SET scheduled_at=:scheduled_at WHERE dq.id = :id_1 "
         "AND dq.lock_uuid = :lock_uuid_1",
         "SELECT dq.id, dq.pkind, dq.pkey, dq.payload, dq.scheduled_at, "
-        "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries FROM dq "
+        "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries, dq.priority, "
+        "dq.group_key FROM dq "
         "WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "SELECT :param_1 AS anon_1 FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "DELETE FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
+from .flow import FlowControl, chunked, claim_order
 
 # "!" has no meaning in any supported database's string literals (a backslash has in MySQL's)
 LIKE_ESCAPE = "!"
@@ -40,6 +41,12 @@ class OfferRow:
     payload: bytes
     at_ms: int
     update: bool
+    priority: int = 0
+    group: str | None = None
+
+    def state(self) -> tuple:
+        """What an update compares: an existing message with all of it equal is IGNORED."""
+        return self.payload, self.at_ms, self.priority, self.group
 
 
 # what a row adds to an offer statement besides its payload, at most: a key of 200 characters
@@ -67,9 +74,11 @@ class ClaimedRow:
     scheduled_at_initially: int
     created_at: int
     deliveries: int  # after the claim: the attempt number
+    priority: int = 0
+    group: str | None = None
 
 
-class QueueDao:
+class QueueDao(FlowControl):
     """Portable behaviour; correct on any database that has row locks and SKIP LOCKED."""
 
     name: ClassVar[str] = ""
@@ -99,12 +108,15 @@ class QueueDao:
     def __init__(self, table: sa.Table) -> None:
         self.table = t = table
         self._insert_sql: dict[tuple[str, int], tuple[str, list[str] | None]] = {}
+        # in the order of ClaimedRow's fields
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
-                               t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries)
+                               t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
+                               t.c.priority, t.c.group_key)
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
                                        t.c.lock_uuid == sa.bindparam("lock"))
         self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
                                             t.c.id.in_(sa.bindparam("ids", expanding=True)))
+        self._init_flow()
         self._mark_claimed = (
             sa.update(t)
             .where(t.c.id.in_(sa.bindparam("ids", expanding=True)))
@@ -207,13 +219,12 @@ class QueueDao:
         """
         while True:
             existing = {
-                r.pkey: (bytes(r.payload), r.scheduled_at_initially)
+                r.pkey: (bytes(r.payload), r.scheduled_at_initially, r.priority, r.group_key)
                 for r in conn.execute(self.select_existing(pkind, [r.key for r in rows]))
             }
             new = [r for r in rows if r.key not in existing]
             changed = [r for r in rows
-                       if r.key in existing and r.update
-                       and existing[r.key] != (r.payload, r.at_ms)]
+                       if r.key in existing and r.update and existing[r.key] != r.state()]
             if new:
                 try:
                     self.insert_new(conn, pkind, new, now_ms)
@@ -264,7 +275,8 @@ class QueueDao:
         t = self.table
         # one expanding parameter, not one per key: the statement stays cached whatever the
         # keys, where a literal list is built and compiled anew for every call
-        return (sa.select(t.c.pkey, t.c.payload, t.c.scheduled_at_initially)
+        return (sa.select(t.c.pkey, t.c.payload, t.c.scheduled_at_initially, t.c.priority,
+                          t.c.group_key)
                 .where(t.c.pkind == pkind,
                        t.c.pkey.in_(sa.bindparam("keys", list(keys), expanding=True)))
                 .with_for_update())
@@ -278,35 +290,71 @@ class QueueDao:
                 .where(t.c.pkind == pkind, t.c.pkey == sa.bindparam("k"))
                 .values(payload=sa.bindparam("p"), scheduled_at=sa.bindparam("a"),
                         scheduled_at_initially=sa.bindparam("a"), created_at=now_ms,
-                        lock_uuid=None, deliveries=0))
-        return stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms} for r in rows]
+                        lock_uuid=None, deliveries=0, priority=sa.bindparam("r"),
+                        group_key=sa.bindparam("g")))
+        return stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms, "r": r.priority,
+                       "g": r.group} for r in rows]
 
     @staticmethod
     def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int) -> list[dict]:
         return [{"pkind": pkind, "pkey": r.key, "payload": r.payload, "scheduled_at": r.at_ms,
                  "scheduled_at_initially": r.at_ms, "created_at": now_ms, "lock_uuid": None,
-                 "deliveries": 0} for r in rows]
+                 "deliveries": 0, "priority": r.priority, "group_key": r.group} for r in rows]
 
     # ---- claim ---------------------------------------------------------------------------
 
     def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
               until_ms: int) -> list[ClaimedRow]:
-        """Lock up to ``limit`` due rows in due order and mark them claimed by ``lock``."""
-        picked = self.pick_due(conn, pkind, now_ms, limit)
-        for chunk in chunked([r[0] for r in picked], self.in_list_max):
+        """Lock up to ``limit`` due rows in claim order and mark them claimed by ``lock``."""
+        return self.claim_checked(conn, pkind, now_ms, limit, lock, until_ms)[0]
+
+    def claim_checked(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                      lock: str, until_ms: int) -> tuple[list[ClaimedRow], bool]:
+        """``claim``, and whether the queue is under flow control.
+
+        A queue without flow control is claimed by the plain claim alone, whose guard lets it
+        claim nothing when the queue has an active settings row; then the controlled claim
+        (``flow``) runs, in a transaction (NeedsTransaction where ``conn`` has none)."""
+        rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("guard",))
+        if rows:
+            return rows, False
+        control = self.read_control(conn, pkind)
+        if control is None or not control.active:
+            return [], False
+        self.require_transaction(conn)
+        return self.claim_controlled(conn, pkind, control, now_ms, limit, lock, until_ms), True
+
+    def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                    lock: str, until_ms: int, where: Sequence[str]) -> list[ClaimedRow]:
+        """Claim up to ``limit`` due rows meeting the claim conditions ``where`` (see
+        ``due_conditions``), in claim order."""
+        picked = self.pick_due(conn, pkind, now_ms, limit, where)
+        self.mark_claimed(conn, [r[0] for r in picked], lock, until_ms)
+        return [self.claimed_row(r) for r in picked]
+
+    def mark_claimed(self, conn: sa.Connection, ids: Sequence[int], lock: str,
+                     until_ms: int) -> None:
+        for chunk in chunked(ids, self.in_list_max):
             conn.execute(self._mark_claimed, {"ids": chunk, "lock": lock, "until": until_ms})
-        return [ClaimedRow(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6] + 1) for r in picked]
 
-    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int,
-                 limit: int) -> Sequence[Sequence]:
-        """Lock and read up to ``limit`` due rows, as ``_claim_columns`` in due order."""
-        return conn.execute(self.select_due(pkind, now_ms, limit)).fetchall()
+    @staticmethod
+    def claimed_row(r: Sequence) -> ClaimedRow:
+        """A ClaimedRow from a row of ``_claim_columns`` read before it was marked claimed."""
+        return ClaimedRow(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6] + 1, r[7], r[8])
 
-    def select_due(self, pkind: str, now_ms: int, limit: int) -> sa.Select:
+    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                 where: Sequence[str]) -> Sequence[Sequence]:
+        """Lock and read up to ``limit`` due rows, as ``_claim_columns`` in claim order."""
+        return conn.execute(self.select_due(pkind, now_ms, limit, where),
+                            {"b_kind": pkind, "b_now": now_ms}).fetchall()
+
+    def select_due(self, pkind: str, now_ms: int, limit: int,
+                   where: Sequence[str] = ()) -> sa.Select:
         t = self.table
         stmt = (sa.select(*self._claim_columns)
-                .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms)
-                .order_by(t.c.scheduled_at, t.c.id)
+                .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms,
+                       *self.due_conditions(where))
+                .order_by(*claim_order(t))
                 .limit(limit))
         return stmt.with_for_update(skip_locked=True) if self.skip_locked else stmt
 
@@ -399,8 +447,4 @@ class QueueDao:
 
 
 _INSERT_COLUMNS = ("pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially",
-                   "lock_uuid", "created_at", "deliveries")
-
-
-def chunked(items: Sequence, size: int) -> list[Sequence]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+                   "lock_uuid", "created_at", "deliveries", "priority", "group_key")

@@ -7,7 +7,8 @@
 - claim: one statement. An ordered CTE picks ``TOP (n)`` due rows under ``ROWLOCK, UPDLOCK,
   READPAST`` (READPAST is SQL Server's SKIP LOCKED), and ``UPDATE`` of the CTE marks them and
   returns them through ``OUTPUT``. Core has no UPDATE of a CTE, hence a ``text()`` statement
-  with bound parameters.
+  with bound parameters. The flow-control claim (``flow``) locks settings and group rows with
+  the same hints (``lock_rows``).
 - limits: at most 2100 parameters per statement.
 - keys: SQL Server ignores trailing spaces when it compares text, whatever the collation, so
   "key" and "key " would be one message: such keys are refused with a clear error here.
@@ -27,7 +28,7 @@ from ..schema import ERROR_LENGTH, QueueKey, QueuePayload, QueueText
 from .base import ClaimedRow, QueueDao
 
 _PARAMETER_LIMIT = 2100
-_INSERT_PARAMETERS = 8  # bound values per inserted row (every column but the identity)
+_INSERT_PARAMETERS = 10  # bound values per inserted row (every column but the identity)
 
 # pyodbc puts the native error number of the first diagnostic record before the name of the
 # ODBC function that failed: "[23000] [Microsoft]...duplicate key ... (2627) (SQLExecDirectW)"
@@ -90,26 +91,40 @@ class MSSQLQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        name = mssql.dialect().identifier_preparer.quote(table.name)
-        self._claim = sa.text(
-            "WITH picked AS ("
-            "SELECT TOP (:limit) id, pkey, payload, scheduled_at, scheduled_at_initially, "
-            "created_at, deliveries, lock_uuid "
-            f"FROM {name} WITH (ROWLOCK, UPDLOCK, READPAST) "
-            "WHERE pkind = :b_kind AND scheduled_at <= :b_now "
-            "ORDER BY scheduled_at, id) "
-            "UPDATE picked SET lock_uuid = :lock, scheduled_at = :until, "
-            "deliveries = deliveries + 1 "
-            "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
-            "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries"
-        ).bindparams(
-            sa.bindparam("limit", type_=sa.Integer),
-            sa.bindparam("b_kind", type_=sa.Unicode),  # NVARCHAR, like the column
-            sa.bindparam("b_now", type_=sa.BigInteger),
-            sa.bindparam("lock", type_=sa.String),
-            sa.bindparam("until", type_=sa.BigInteger),
-        ).columns(table.c.id, table.c.pkey, table.c.payload, table.c.scheduled_at,
-                  table.c.scheduled_at_initially, table.c.created_at, table.c.deliveries)
+        self._claims: dict[tuple[str, ...], sa.TextClause] = {}
+
+    def _claim_statement(self, where: tuple[str, ...]) -> sa.TextClause:
+        """The claim with the claim conditions ``where``, compiled from Core for the WHERE
+        clause (its sub-selects carry the READPAST-free reads of settings and groups)."""
+        if where not in self._claims:
+            t = self.table
+            dialect = mssql.dialect(paramstyle="named")  # ":b_kind", as text() reads it
+            name = dialect.identifier_preparer.quote(t.name)
+            extra = "".join(
+                " AND " + str(c.compile(dialect=dialect, compile_kwargs={"literal_binds": False}))
+                for c in self.due_conditions(where))
+            self._claims[where] = sa.text(
+                "WITH picked AS ("
+                "SELECT TOP (:limit) id, pkey, payload, scheduled_at, scheduled_at_initially, "
+                "created_at, deliveries, lock_uuid, priority, group_key "
+                f"FROM {name} WITH (ROWLOCK, UPDLOCK, READPAST) "
+                f"WHERE pkind = :b_kind AND scheduled_at <= :b_now{extra} "
+                "ORDER BY priority DESC, scheduled_at, id) "
+                "UPDATE picked SET lock_uuid = :lock, scheduled_at = :until, "
+                "deliveries = deliveries + 1 "
+                "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
+                "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries, "
+                "inserted.priority, inserted.group_key"
+            ).bindparams(
+                sa.bindparam("limit", type_=sa.Integer),
+                sa.bindparam("b_kind", type_=sa.Unicode),  # NVARCHAR, like the column
+                sa.bindparam("b_now", type_=sa.BigInteger),
+                sa.bindparam("lock", type_=sa.String),
+                sa.bindparam("until", type_=sa.BigInteger),
+            ).columns(t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
+                      t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
+                      t.c.priority, t.c.group_key)
+        return self._claims[where]
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
@@ -136,13 +151,25 @@ class MSSQLQueueDao(QueueDao):
         return super().select_existing(pkind, keys).with_hint(
             self.table, "WITH (UPDLOCK, HOLDLOCK)", dialect_name="mssql")
 
-    def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
-              until_ms: int) -> list[ClaimedRow]:
-        result = conn.execute(self._claim, {"limit": limit, "b_kind": pkind, "b_now": now_ms,
-                                            "lock": lock, "until": until_ms})
+    def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                    lock: str, until_ms: int, where: Sequence[str]) -> list[ClaimedRow]:
+        result = conn.execute(self._claim_statement(tuple(where)),
+                              {"limit": limit, "b_kind": pkind, "b_now": now_ms, "lock": lock,
+                               "until": until_ms})
         rows = [ClaimedRow(r[0], r[1], bytes(r[2]), *r[3:]) for r in result]
-        rows.sort(key=lambda r: (r.due_ms, r.id))  # OUTPUT has no order of its own
+        rows.sort(key=lambda r: (-r.priority, r.due_ms, r.id))  # OUTPUT has no order of its own
         return rows
+
+    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                 where: Sequence[str]) -> Sequence[Sequence]:
+        return conn.execute(self.lock_rows(self.select_due(pkind, now_ms, limit, where),
+                                           self.table, skip=True),
+                            {"b_kind": pkind, "b_now": now_ms}).fetchall()
+
+    def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:
+        # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): table hints lock
+        hint = "WITH (UPDLOCK, ROWLOCK, READPAST)" if skip else "WITH (UPDLOCK, ROWLOCK)"
+        return stmt.with_hint(table, hint, dialect_name="mssql")
 
 
 def _declared_length(op, table_name: str) -> int:

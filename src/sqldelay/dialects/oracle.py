@@ -21,6 +21,7 @@ from sqlalchemy.ext.compiler import compiles
 
 from ..schema import ERROR_LENGTH, QueueId, QueueKey, QueuePayload, QueueText
 from .base import OfferRow, QueueDao
+from .flow import claim_order
 
 
 @compiles(QueueId, "oracle")
@@ -67,13 +68,20 @@ class OracleQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        t = table
-        self._due = (
-            sa.select(*self._claim_columns)
-            .where(t.c.pkind == sa.bindparam("b_kind"), t.c.scheduled_at <= sa.bindparam("b_now"))
-            .order_by(t.c.scheduled_at, t.c.id)
-            .with_for_update(skip_locked=True)  # no OF: of=table would render an empty OF list
-        )
+        self._dues: dict[tuple[str, ...], sa.Select] = {}
+
+    def _due(self, where: tuple[str, ...]) -> sa.Select:
+        """The claim's locking read, without a row limit, with the claim conditions ``where``."""
+        if where not in self._dues:
+            t = self.table
+            self._dues[where] = (
+                sa.select(*self._claim_columns)
+                .where(t.c.pkind == sa.bindparam("b_kind"),
+                       t.c.scheduled_at <= sa.bindparam("b_now"), *self.due_conditions(where))
+                .order_by(*claim_order(t))
+                .with_for_update(skip_locked=True)  # no OF: of=table renders an empty OF list
+            )
+        return self._dues[where]
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
@@ -98,12 +106,12 @@ class OracleQueueDao(QueueDao):
         with conn.begin_nested():
             conn.execute(sa.insert(self.table), self.row_params(pkind, rows, now_ms))
 
-    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int,
-                 limit: int) -> list[tuple]:
+    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                 where: Sequence[str]) -> list[tuple]:
         if not conn.in_transaction():
             conn.begin()  # the raw cursor below must run inside the transaction that commits
         # SQLAlchemy sets no per-statement fetch size, so the locking read uses a driver cursor
-        sql = str(self._due.compile(dialect=conn.dialect))
+        sql = str(self._due(tuple(where)).compile(dialect=conn.dialect))
         cursor = conn.connection.cursor()
         try:
             cursor.prefetchrows = cursor.arraysize = limit

@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql as pg
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 from .base import ClaimedRow, OfferRow, QueueDao
+from .flow import claim_order
 
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
 # churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
@@ -39,7 +40,7 @@ PG_CHURN = {
 }
 
 
-_ARRAYS = ("keys", "payloads", "ats")  # the offer's array parameters
+_ARRAYS = ("keys", "payloads", "ats", "priorities", "groups")  # the offer's arrays
 
 
 class PostgresQueueDao(QueueDao):
@@ -67,19 +68,25 @@ class PostgresQueueDao(QueueDao):
             sa.bindparam("keys", type_=pg.ARRAY(sa.Text)),
             sa.bindparam("payloads", type_=pg.ARRAY(sa.LargeBinary)),
             sa.bindparam("ats", type_=pg.ARRAY(sa.BigInteger)),
-        ).table_valued("k", "p", "a").render_derived(name="u")
-        source = sa.select(kind, rows.c.k, rows.c.p, rows.c.a, rows.c.a, now, sa.literal(0))
+            sa.bindparam("priorities", type_=pg.ARRAY(sa.Integer)),
+            sa.bindparam("groups", type_=pg.ARRAY(sa.Text)),
+        ).table_valued("k", "p", "a", "r", "g").render_derived(name="u")
+        source = sa.select(kind, rows.c.k, rows.c.p, rows.c.a, rows.c.a, now, sa.literal(0),
+                           rows.c.r, rows.c.g)
         insert = pg.insert(t).from_select(
             ["pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially", "created_at",
-             "deliveries"], source)
+             "deliveries", "priority", "group_key"], source)
         ex = insert.excluded
         upsert = insert.on_conflict_do_update(
             index_elements=["pkind", "pkey"],
             set_={"payload": ex.payload, "scheduled_at": ex.scheduled_at,
                   "scheduled_at_initially": ex.scheduled_at_initially,
-                  "created_at": ex.created_at, "lock_uuid": None, "deliveries": 0},
+                  "created_at": ex.created_at, "lock_uuid": None, "deliveries": 0,
+                  "priority": ex.priority, "group_key": ex.group_key},
             where=sa.or_(t.c.payload != ex.payload,
-                         t.c.scheduled_at_initially != ex.scheduled_at_initially))
+                         t.c.scheduled_at_initially != ex.scheduled_at_initially,
+                         t.c.priority != ex.priority,
+                         t.c.group_key.is_distinct_from(ex.group_key)))
 
         def reporting(stmt):
             # the written rows (skipped ones return nothing), inserted or updated; a row due now
@@ -100,23 +107,34 @@ class PostgresQueueDao(QueueDao):
             t.c.lock_uuid == sa.bindparam("lock"),
             t.c.id == sa.any_(sa.bindparam("ids", type_=pg.ARRAY(sa.BigInteger))))
 
-        picked = (
-            sa.select(t.c.id, t.c.scheduled_at)
-            .where(t.c.pkind == sa.bindparam("b_kind"), t.c.scheduled_at <= sa.bindparam("b_now"))
-            .order_by(t.c.scheduled_at, t.c.id)
-            .limit(sa.bindparam("limit", type_=sa.Integer))
-            .with_for_update(skip_locked=True)
-            .cte("picked")
-            .prefix_with("MATERIALIZED")
-        )
-        self._claim = (
-            sa.update(t)
-            .where(t.c.id == picked.c.id)
-            .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
-                    deliveries=t.c.deliveries + 1)
-            .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
-                       t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries)
-        )
+        self._claims: dict[tuple[str, ...], sa.Update] = {}
+
+    def _claim_statement(self, where: tuple[str, ...]) -> sa.Update:
+        """One statement: a MATERIALIZED CTE picks due ids FOR UPDATE SKIP LOCKED (materialized
+        so the LIMIT runs once), the UPDATE marks them and returns the rows; one per set of
+        claim conditions."""
+        if where not in self._claims:
+            t = self.table
+            picked = (
+                sa.select(t.c.id, t.c.scheduled_at)
+                .where(t.c.pkind == sa.bindparam("b_kind"),
+                       t.c.scheduled_at <= sa.bindparam("b_now"), *self.due_conditions(where))
+                .order_by(*claim_order(t))
+                .limit(sa.bindparam("limit", type_=sa.Integer))
+                .with_for_update(skip_locked=True)
+                .cte("picked")
+                .prefix_with("MATERIALIZED")
+            )
+            self._claims[where] = (
+                sa.update(t)
+                .where(t.c.id == picked.c.id)
+                .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
+                        deliveries=t.c.deliveries + 1)
+                .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
+                           t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
+                           t.c.priority, t.c.group_key)
+            )
+        return self._claims[where]
 
     @classmethod
     def tuning_ddl(cls, table: sa.Table, preset: str) -> list[str]:
@@ -231,7 +249,9 @@ class PostgresQueueDao(QueueDao):
             if not group:
                 continue
             params = {"b_kind": pkind, "b_now": now_ms, "keys": [r.key for r in group],
-                      "payloads": [r.payload for r in group], "ats": [r.at_ms for r in group]}
+                      "payloads": [r.payload for r in group], "ats": [r.at_ms for r in group],
+                      "priorities": [r.priority for r in group],
+                      "groups": [r.group for r in group]}
             sql, constants, order = self._offer_sql(conn.dialect, update)
             values = {**constants, **params}
             bound = values if order is None else tuple(values[name] for name in order)
@@ -244,7 +264,7 @@ class PostgresQueueDao(QueueDao):
         """The offer statement's SQL for the driver, with its constant parameters and, for a
         positional driver (asyncpg's $1, $2), the parameter names in their order.
 
-        psycopg sends the three arrays in binary format when their placeholders say so
+        psycopg sends the arrays in binary format when their placeholders say so
         (``%(name)b``); in text format it escapes every element with a regular expression,
         which made the arrays a fifth of an offer_many's time. SQLAlchemy's compiler writes
         every placeholder as text, so the compiled SQL is adjusted once and kept."""
@@ -259,10 +279,18 @@ class PostgresQueueDao(QueueDao):
             self._offer_cache[key] = (sql, dict(compiled.params), order)
         return self._offer_cache[key]
 
-    def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
-              until_ms: int) -> list[ClaimedRow]:
-        result = conn.execute(self._claim, {"b_kind": pkind, "b_now": now_ms, "limit": limit,
-                                            "lock": lock, "until": until_ms})
+    def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
+                      rows: list[dict]) -> None:
+        # a failed statement aborts a PostgreSQL transaction, so the portable read-insert-retry
+        # cannot run here: ON CONFLICT DO NOTHING inserts what is missing in one statement
+        conn.execute(pg.insert(table).values([{"pkind": pkind, **r} for r in rows])
+                     .on_conflict_do_nothing())
+
+    def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                    lock: str, until_ms: int, where: Sequence[str]) -> list[ClaimedRow]:
+        result = conn.execute(self._claim_statement(tuple(where)),
+                              {"b_kind": pkind, "b_now": now_ms, "limit": limit, "lock": lock,
+                               "until": until_ms})
         rows = [ClaimedRow(*r) for r in result]
-        rows.sort(key=lambda r: (r.due_ms, r.id))  # RETURNING has no order of its own
+        rows.sort(key=lambda r: (-r.priority, r.due_ms, r.id))  # RETURNING has no order
         return rows

@@ -6,7 +6,7 @@ Revises: 0001
 
 from alembic import context, op
 
-from sqldelay.schema import create_dead_letter_table_op, drop_dead_letter_table_op
+from sqldelay.schema import downgrade_table_op, upgrade_table_op
 
 revision = "0002"
 down_revision = "0001"
@@ -15,8 +15,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    create_dead_letter_table_op(op, context.config.attributes["table_name"])
+    upgrade_table_op(op, context.config.attributes["table_name"], revision)
 
 
 def downgrade() -> None:
-    drop_dead_letter_table_op(op, context.config.attributes["table_name"])
+    downgrade_table_op(op, context.config.attributes["table_name"], revision)

@@ -1,0 +1,273 @@
+"""Flow control in the claim: pause, a rate limit, a cap on messages in flight, and groups whose
+messages are handled one at a time; and the statements that keep their state.
+
+A queue's controls live in one row of ``<table>_settings``, so every process obeys them at its
+next claim without talking to the others. A queue without that row (or with nothing set in it)
+is claimed exactly as before: the plain claim carries a guard that finds no active settings row,
+one index probe. Only when the guard says the queue is controlled does the claim read the row
+and take the controlled path, in one transaction:
+
+- paused: nothing is claimed (offers still land; in-flight messages finish);
+- a rate limit or a concurrency cap: the settings row is locked (claims of the queue take
+  turns), the token bucket refilled for the time passed, the messages in flight counted, and
+  at most what both allow is claimed; the bucket is charged in the same transaction;
+- groups (the queue has had grouped messages): a message of group G is claimed only while no
+  other message of G is in flight, and only the first of G in claim order. Each group has a
+  row in ``<table>_groups``, created by the first claim that meets the group; claims lock the
+  free groups' rows with SKIP LOCKED, so two consumers can never both take a message of one
+  group, and mark the group claimed until the message's lock expires. Acks, releases and dead
+  letters free it; an expired lock frees it by itself.
+
+The statements are portable SQLAlchemy Core; a dialect changes only how rows are locked
+(``lock_rows``) and how absent rows are inserted (``insert_absent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from ..schema import groups_table, settings_table
+
+
+class NeedsTransaction(Exception):  # noqa: N818 - a signal to the caller, not an error
+    """The claim found a controlled queue while running in autocommit: run it again in a
+    transaction (the controlled claim takes several statements that must commit together)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A queue's row of ``<table>_settings``."""
+
+    paused: bool
+    has_groups: bool
+    rate_limit: int | None
+    rate_period_ms: int | None
+    tokens_milli: int | None
+    refilled_at: int | None
+    max_in_flight: int | None
+
+    @property
+    def limits(self) -> bool:
+        return self.rate_limit is not None or self.max_in_flight is not None
+
+    @property
+    def active(self) -> bool:
+        return self.paused or self.has_groups or self.limits
+
+    def tokens_at(self, now_ms: int) -> int:
+        """The bucket's milli-tokens at ``now_ms``: refilled for the time passed, capped at the
+        burst (one period's worth)."""
+        full = self.rate_limit * 1000
+        if self.tokens_milli is None or self.refilled_at is None:
+            return full
+        gained = max(0, now_ms - self.refilled_at) * full // self.rate_period_ms
+        return min(full, self.tokens_milli + gained)
+
+
+# claim order: among due messages, higher priority first, then due time, then arrival
+def claim_order(t: sa.Table) -> tuple:
+    return t.c.priority.desc(), t.c.scheduled_at, t.c.id
+
+
+class FlowControl:
+    """The mixin of QueueDao that claims controlled queues and keeps their state."""
+
+    table: sa.Table
+    in_list_max: int
+    skip_locked: bool
+
+    def _init_flow(self) -> None:
+        t = self.table
+        self.groups = g = groups_table(t.metadata, t.name)
+        self.settings = s = settings_table(t.metadata, t.name)
+        kind = sa.bindparam("b_kind", type_=s.c.pkind.type)
+        # no parameters but b_kind: the guard goes into claims that bind only b_kind and b_now
+        # (SQL Server's text() claim, Oracle's driver cursor)
+        zero = sa.literal_column("0")
+        self._active_settings = sa.exists().where(
+            s.c.pkind == kind,
+            sa.or_(s.c.paused != zero, s.c.has_groups != zero, s.c.rate_limit.is_not(None),
+                   s.c.max_in_flight.is_not(None)))
+        self._busy_group = sa.exists().where(
+            g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key,
+            g.c.claimed_until > sa.bindparam("b_now"))
+
+    # ---- the guard and the conditions a claim may add ------------------------------------
+
+    def due_conditions(self, where: Sequence[str]) -> list[sa.ColumnElement[bool]]:
+        """SQL for the named claim conditions: "guard" (the queue has no active settings row:
+        the plain claim's), "ungrouped" (messages without a group)."""
+        out = []
+        for name in where:
+            if name == "guard":
+                out.append(~self._active_settings)
+            elif name == "ungrouped":
+                out.append(self.table.c.group_key.is_(None))
+            else:
+                raise ValueError(f"no claim condition {name!r}")
+        return out
+
+    def require_transaction(self, conn: sa.Connection) -> None:
+        """Raise NeedsTransaction where ``conn`` runs each statement on its own."""
+        if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+            raise NeedsTransaction()
+
+    # ---- reading and writing settings ----------------------------------------------------
+
+    def read_control(self, conn: sa.Connection, pkind: str, *,
+                     lock: bool = False) -> Control | None:
+        s = self.settings
+        stmt = sa.select(s.c.paused, s.c.has_groups, s.c.rate_limit, s.c.rate_period_ms,
+                         s.c.tokens_milli, s.c.refilled_at,
+                         s.c.max_in_flight).where(s.c.pkind == pkind)
+        row = conn.execute(self.lock_rows(stmt, s, skip=False) if lock else stmt).first()
+        if row is None:
+            return None
+        return Control(bool(row.paused), bool(row.has_groups), row.rate_limit,
+                       row.rate_period_ms, row.tokens_milli, row.refilled_at, row.max_in_flight)
+
+    def write_settings(self, conn: sa.Connection, pkind: str, **values) -> None:
+        """Set columns of ``pkind``'s settings row, creating it first if absent."""
+        s = self.settings
+        self.insert_absent(conn, s, pkind, [{}])
+        conn.execute(sa.update(s).where(s.c.pkind == pkind).values(**values))
+
+    # ---- the controlled claim -------------------------------------------------------------
+
+    def claim_controlled(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
+                         limit: int, lock: str, until_ms: int) -> list:
+        if control.paused:
+            return []
+        if control.limits:
+            # the settings row, locked, serializes this queue's claims: counts and tokens
+            # cannot be spent twice by two consumers
+            control = self.read_control(conn, pkind, lock=True)
+            if control is None or control.paused:
+                return []
+            tokens = None
+            if control.rate_limit is not None:
+                tokens = control.tokens_at(now_ms)
+                limit = min(limit, tokens // 1000)
+            if control.max_in_flight is not None:
+                limit = min(limit, control.max_in_flight - self._in_flight(conn, pkind, now_ms))
+            if limit <= 0:
+                return []
+        rows = (self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms)
+                if control.has_groups
+                else self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ()))
+        if control.limits and control.rate_limit is not None:
+            s = self.settings
+            conn.execute(sa.update(s).where(s.c.pkind == pkind).values(
+                tokens_milli=tokens - 1000 * len(rows), refilled_at=now_ms))
+        return rows
+
+    def _in_flight(self, conn: sa.Connection, pkind: str, now_ms: int) -> int:
+        t = self.table
+        return int(conn.execute(sa.select(sa.func.count()).where(
+            t.c.pkind == pkind, t.c.lock_uuid.is_not(None),
+            t.c.scheduled_at > now_ms)).scalar())
+
+    def _claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                       lock: str, until_ms: int) -> list:
+        t, g = self.table, self.groups
+        # 1. the first due message of each free group, in claim order, read without locks
+        heads: dict[str, int] = {}
+        for row in conn.execute(
+                sa.select(t.c.id, t.c.group_key)
+                .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms,
+                       t.c.group_key.is_not(None), ~self._busy_group)
+                .order_by(*claim_order(t)).limit(limit * 4 + 16), {"b_now": now_ms}):
+            heads.setdefault(row.group_key, row.id)
+        grouped = []
+        if heads:
+            # 2. the groups' rows, made if absent, locked if free: another claim holding one
+            # is skipped, so no two claims ever work on one group at once
+            names = sorted(heads)
+            self.insert_absent(conn, g, pkind, [{"group_key": n} for n in names])
+            free = g.c.claimed_until.is_(None) | (g.c.claimed_until <= now_ms)
+            won = [r.group_key for r in conn.execute(self.lock_rows(
+                sa.select(g.c.group_key).where(g.c.pkind == pkind,
+                                               g.c.group_key.in_(names), free)
+                .order_by(g.c.group_key), g, skip=True))]
+            # 3. their heads, locked; still due (a head released into the future meanwhile
+            # leaves its group for the next claim)
+            if won:
+                grouped = conn.execute(self.lock_rows(
+                    sa.select(*self._claim_columns)
+                    .where(t.c.id.in_([heads[n] for n in won]), t.c.scheduled_at <= now_ms),
+                    t, skip=False)).fetchall()
+        # 4. messages without a group, as the plain claim takes them
+        plain = self.pick_due(conn, pkind, now_ms, limit, ("ungrouped",))
+        chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
+        self.mark_claimed(conn, [r[0] for r in chosen], lock, until_ms)
+        taken = sorted(r[8] for r in chosen if r[8] is not None)
+        for part in chunked(taken, self.in_list_max):
+            conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key.in_(part))
+                         .values(claimed_until=until_ms, lock_uuid=lock))
+        return [self.claimed_row(r) for r in chosen]
+
+    # ---- groups after the claim: freed, extended, dropped when empty ----------------------
+
+    def free_groups(self, conn: sa.Connection, pkind: str, lock: str,
+                    groups: Sequence[str]) -> None:
+        """Free the groups ``lock`` holds (an ack, a release, a dead letter), and drop the rows
+        of those that have no message left."""
+        t, g = self.table, self.groups
+        for part in chunked(sorted(set(groups)), self.in_list_max):
+            conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key.in_(part),
+                                            g.c.lock_uuid == lock)
+                         .values(claimed_until=None, lock_uuid=None))
+            conn.execute(sa.delete(g).where(
+                g.c.pkind == pkind, g.c.group_key.in_(part), g.c.claimed_until.is_(None),
+                ~sa.exists().where(t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key)))
+
+    def extend_group(self, conn: sa.Connection, pkind: str, lock: str, group: str,
+                     until_ms: int) -> None:
+        g = self.groups
+        conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key == group,
+                                        g.c.lock_uuid == lock).values(claimed_until=until_ms))
+
+    # ---- per-database hooks -----------------------------------------------------------------
+
+    def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:
+        """``stmt`` locking the rows it reads from ``table`` (passing over locked ones when
+        ``skip``)."""
+        return stmt.with_for_update(skip_locked=skip) if self.skip_locked else stmt
+
+    def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
+                      rows: list[dict]) -> None:
+        """Insert the rows of ``pkind`` that ``table`` lacks (``rows`` hold the primary key
+        beyond pkind, or are ``[{}]`` where pkind is the key). Portable: read which exist,
+        insert the others; a concurrent insert of one of them makes the insert fail alone
+        (these databases undo the failed statement only), and the round runs again."""
+        from .base import ErrorKind
+
+        (extra,) = [c for c in table.primary_key.columns if c.name != "pkind"] or [None]
+        while True:
+            if extra is None:
+                found = {()} if conn.execute(
+                    sa.select(table.c.pkind).where(table.c.pkind == pkind)).first() else set()
+                wanted = {(): {}}
+            else:
+                wanted = {(r[extra.name],): r for r in rows}
+                found = set()
+                for part in chunked(sorted(k[0] for k in wanted), self.in_list_max):
+                    found.update((v,) for v in conn.execute(
+                        sa.select(extra).where(table.c.pkind == pkind, extra.in_(part)))
+                        .scalars())
+            missing = [{"pkind": pkind, **r} for k, r in wanted.items() if k not in found]
+            if not missing:
+                return
+            try:
+                conn.execute(sa.insert(table), missing)
+                return
+            except sa.exc.IntegrityError as exc:
+                if self.classify(exc) is not ErrorKind.DUPLICATE_KEY:
+                    raise
+
+
+def chunked(items: Sequence, size: int) -> list[Sequence]:
+    return [items[i:i + size] for i in range(0, len(items), size)]

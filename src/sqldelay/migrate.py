@@ -1,0 +1,61 @@
+"""Running sqldelay's Alembic migrations (``migrations/`` in this package) from code, on a
+connection: what ``create_schema`` and ``sqldelay migrate`` do.
+
+Each queue table name keeps its migration state in its own version table,
+``<table>_alembic``, apart from the application's ``alembic_version``. A table that an older
+``create_schema`` made before it ran the migrations has no version table: its version is read
+off its shape and stamped first, and the migrations go on from there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+
+from .schema import DEAD, QUEUE, SCHEMA_VERSION
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def config(connection: sa.Connection, table_name: str, tuning: str | None = None) -> Config:
+    """An Alembic configuration that runs the package's migrations on ``connection``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes.update(connection=connection, table_name=table_name, tuning=tuning)
+    return cfg
+
+
+def current(connection: sa.Connection, table_name: str) -> str | None:
+    """The schema version of ``table_name`` (None: no queue table), recorded or read off."""
+    context = MigrationContext.configure(
+        connection, opts={"version_table": f"{table_name}_alembic"})
+    recorded = context.get_current_revision()
+    return recorded if recorded is not None else _by_shape(connection, table_name)
+
+
+def _by_shape(connection: sa.Connection, table_name: str) -> str | None:
+    """The version of tables an older create_schema made without recording it: 0001 had the
+    queue table alone, 0002 added the dead letters. (0003 only widened a column on SQL Server
+    and Oracle, and checks the column itself: calling this 0002 lets it.)"""
+    inspector = sa.inspect(connection)
+    if not inspector.has_table(QUEUE.name(table_name)):
+        return None
+    return "0002" if inspector.has_table(DEAD.name(table_name)) else "0001"
+
+
+def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = None) -> None:
+    """Create or upgrade ``table_name``'s tables to this version's schema, on ``connection``
+    (the caller commits)."""
+    cfg = config(connection, table_name, tuning)
+    context = MigrationContext.configure(
+        connection, opts={"version_table": f"{table_name}_alembic"})
+    if context.get_current_revision() is None:
+        found = _by_shape(connection, table_name)
+        if found is not None:
+            command.stamp(cfg, found)
+    if current(connection, table_name) != SCHEMA_VERSION:
+        command.upgrade(cfg, "head")
