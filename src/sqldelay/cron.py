@@ -87,38 +87,42 @@ class CronService(CronServiceBase):
 
     def install_cron(self, prefix: str, expression: str, *, payload: Any = None,
                      payload_fn: Callable[[datetime], Any] | None = None,
-                     tz: str | ZoneInfo = "UTC", ahead: int = 4,
-                     version: str = "") -> CronHandle:
+                     tz: str | ZoneInfo = "UTC", ahead: int = 4, version: str = "",
+                     priority: int = 0) -> CronHandle:
         """Install a 5-field cron expression (or ``@hourly``, ``@daily``, …) in time zone ``tz``.
 
         Daylight-saving transitions follow the rule in ``sqldelay.schedules``: a skipped wall
         time fires once when the clocks jump, a repeated one once at its first occurrence.
+        Ticks carry ``priority`` (higher: claimed before other due messages).
         """
         return self._install(prefix, CronSchedule.parse(expression, tz), payload,
-                             payload_fn, ahead, version)
+                             payload_fn, ahead, version, priority)
 
     def install_periodic(self, prefix: str, every: timedelta, *, payload: Any = None,
                          payload_fn: Callable[[datetime], Any] | None = None,
-                         ahead: int = 4, version: str = "") -> CronHandle:
+                         ahead: int = 4, version: str = "",
+                         priority: int = 0) -> CronHandle:
         """Install ticks every ``every`` (at least a second), at the multiples of ``every``
         since the Unix epoch, so every process computes the same instants."""
         return self._install(prefix, PeriodicSchedule.of(every), payload, payload_fn,
-                             ahead, version)
+                             ahead, version, priority)
 
     def install_daily(self, prefix: str, at_hours: Sequence[int], *,
                       tz: str | ZoneInfo = "UTC", payload: Any = None,
                       payload_fn: Callable[[datetime], Any] | None = None,
-                      ahead: int = 4, version: str = "") -> CronHandle:
+                      ahead: int = 4, version: str = "",
+                      priority: int = 0) -> CronHandle:
         """Install ticks every day at the whole hours ``at_hours`` of ``tz``'s wall clock."""
         return self._install(prefix, daily(at_hours, tz), payload, payload_fn, ahead,
-                             version)
+                             version, priority)
 
     def _install(self, prefix: str, schedule: Schedule, payload: Any,
                  payload_fn: Callable[[datetime], Any] | None, ahead: int,
-                 version: str) -> CronHandle:
+                 version: str, priority: int) -> CronHandle:
         """Validate, install once in the caller (errors reach the caller), then start this
         process's background installer, replacing the one it had for ``prefix``."""
-        installation = self.prepare(prefix, schedule, payload, payload_fn, ahead, version)
+        installation = self.prepare(prefix, schedule, payload, payload_fn, ahead, version,
+                                    priority)
 
         def install_once() -> float:
             """Install the next ``ahead`` ticks; returns seconds until the next install."""

@@ -49,10 +49,12 @@ Op = Callable[[sa.Connection], Any]
 
 @dataclass(frozen=True, slots=True)
 class CronMessage:
-    """One tick for ``CronService.install_tick``: ``payload`` due at ``at`` (aware datetime)."""
+    """One tick for ``CronService.install_tick``: ``payload`` due at ``at`` (aware datetime),
+    claimed before due messages of lower ``priority``."""
 
     at: datetime
     payload: Any
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +79,11 @@ class Installation:
     ahead: int
     payload: Any
     payload_fn: Callable[[datetime], Any] | None
+    priority: int = 0
 
     def ticks(self, now: datetime) -> list[CronMessage]:
-        return [CronMessage(at, self.payload if self.payload_fn is None else self.payload_fn(at))
+        return [CronMessage(at, self.payload if self.payload_fn is None else self.payload_fn(at),
+                            self.priority)
                 for at in self.schedule.ticks(now, self.ahead)]
 
 
@@ -104,13 +108,16 @@ class CronServiceBase:
 
     def prepare(self, prefix: str, schedule: Schedule, payload: Any,
                 payload_fn: Callable[[datetime], Any] | None, ahead: int,
-                version: str) -> Installation:
+                version: str, priority: int = 0) -> Installation:
         """Check an installation's arguments and compute its configuration hash.
 
         With ``payload_fn`` the hash cannot see what the function returns: change ``version``
         when it changes, so the ticks already stored are replaced.
         """
+        from .queue_base import check_priority
+
         check_prefix(prefix)
+        check_priority(priority)
         if not isinstance(ahead, int) or isinstance(ahead, bool) or not 1 <= ahead <= MAX_AHEAD:
             raise InvalidArgumentError(f"ahead must be an integer 1 to {MAX_AHEAD}, got {ahead!r}")
         if not isinstance(version, str):
@@ -123,8 +130,8 @@ class CronServiceBase:
             encoded = None
         else:
             encoded = encode_payload(self.queue.serializer, payload)
-        return Installation(prefix, hash_config(schedule, encoded, version), schedule, ahead,
-                            payload, payload_fn)
+        return Installation(prefix, hash_config(schedule, encoded, version, priority), schedule,
+                            ahead, payload, payload_fn, priority)
 
     def next_wait(self, installation: Installation, now: datetime) -> float:
         """Seconds from ``now`` until an installer should install again."""
@@ -148,7 +155,7 @@ class CronServiceBase:
                     f"install_tick takes CronMessage objects; item {i} is {type(m).__name__}")
             require_aware(m.at, f"messages[{i}].at")
             offers.append(Message(tick_key(prefix, config_hash, m.at), m.payload, m.at,
-                                  update=False))
+                                  update=False, priority=m.priority))
         q = self.queue
         plan = q.plan_offer(offers)
         stale = q.dao.delete_key_prefix(q.pkind, prefix + "/", q.now_ms(),
@@ -197,12 +204,17 @@ class CronServiceBase:
         return op
 
 
-def hash_config(schedule: Schedule, payload: bytes | None, version: str = "") -> str:
+def hash_config(schedule: Schedule, payload: bytes | None, version: str = "",
+                priority: int = 0) -> str:
     """16 hex digits of SHA-256 over the schedule, the encoded payload (None when a function
-    makes each tick's payload) and ``version``: equal in every process and Python run."""
-    text = json.dumps({"schedule": schedule.definition(),
-                       "payload": None if payload is None else payload.hex(),
-                       "version": version}, sort_keys=True)
+    makes each tick's payload), ``version`` and a priority other than 0 (so the hashes of
+    schedules from before priorities existed stay what they were): equal in every process
+    and Python run."""
+    definition = {"schedule": schedule.definition(),
+                  "payload": None if payload is None else payload.hex(), "version": version}
+    if priority:
+        definition["priority"] = priority
+    text = json.dumps(definition, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

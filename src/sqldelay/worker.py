@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -41,7 +41,14 @@ from .dead_letters import DeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue import DelayedQueue
-from .worker_base import MAX_BACKOFF, MIN_IDLE, ProcessingMode, WorkerBase, error_text
+from .worker_base import (
+    MAX_BACKOFF,
+    MIN_IDLE,
+    ProcessingMode,
+    Rotation,
+    WorkerBase,
+    error_text,
+)
 
 log = logging.getLogger("sqldelay.worker")
 
@@ -53,9 +60,13 @@ class Worker(WorkerBase):
 
     queue_class = DelayedQueue
 
-    def __init__(self, queue: DelayedQueue, handler: Callable[..., Any], **settings) -> None:
-        super().__init__(queue, handler, **settings)
-        self.dead_letters = DeadLetters.of(queue)
+    def __init__(self, queues: DelayedQueue | Mapping[str, DelayedQueue]
+                 | Sequence[DelayedQueue], handler: Callable[..., Any],
+                 **settings) -> None:
+        super().__init__(queues, handler, **settings)
+        self.dead_letters = {name: DeadLetters.of(q) for name, q in self.queues.items()}
+        self._name_of = {id(q): name for name, q in self.queues.items()}
+        self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
         self._handlers = HandlerRunner(self.concurrency)
         self._stop = Event()
         self._abandon = Event()  # the grace period is over: give up on the database
@@ -95,6 +106,7 @@ class Worker(WorkerBase):
 
     def wake(self) -> None:
         """Look for due messages now instead of at the end of the current idle sleep."""
+        self._rotation.wake()
         self._wake.set()
 
     # ---- the run loop ------------------------------------------------------------------------
@@ -123,6 +135,7 @@ class Worker(WorkerBase):
             return self._handled
 
     def _reset(self) -> None:
+        self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
         self._stop.clear()
         self._abandon.clear()
         self._wake.clear()
@@ -138,8 +151,9 @@ class Worker(WorkerBase):
         helpers = []
         if self.heartbeat is not None:
             helpers.append(spawn(self._heartbeat_loop, "sqldelay-heartbeat"))
-        if self.wake_ups and not until_idle and self.queue.dao.notifications:
-            helpers.append(spawn(self._listen_loop, "sqldelay-listen"))
+        if self.wake_ups and not until_idle:
+            for i, group in enumerate(self.listening_groups()):
+                helpers.append(spawn(partial(self._listen_loop, group), f"sqldelay-listen-{i}"))
         return helpers
 
     # ---- at-least-once -----------------------------------------------------------------------
@@ -166,7 +180,7 @@ class Worker(WorkerBase):
             if self._stop.is_set():
                 return
             self._wake.clear()  # before the poll: a wake-up after it is not lost
-            batch = self._patiently(lambda: self.queue.poll_many(self.batch_size))
+            batch = self._claim_next()
             if batch is None:
                 return
             if batch:
@@ -183,6 +197,7 @@ class Worker(WorkerBase):
             if until_idle:
                 if self._wait_until_quiet():
                     return
+                self._rotation.wake()  # something fell due meanwhile: every queue again
                 continue
             if not idle:
                 idle = True
@@ -198,9 +213,30 @@ class Worker(WorkerBase):
         self._patiently(self._flush_acks)
         return not self._due_now()
 
+    def _claim_next(self, connection: Connection | None = None) -> list | None:
+        """Claim from the queues in turn until one has something (None: stopped meanwhile)."""
+        with self._lock:
+            turns = self._rotation.turns(time.monotonic())
+        for name, count in turns:
+            queue = self.queues[name]
+            if connection is None:
+                batch = self._patiently(partial(queue.poll_many, count))
+            else:
+                batch = queue.poll_many(count, connection=connection)
+            if batch is None:
+                return None
+            with self._lock:
+                self._rotation.claimed(name, len(batch), time.monotonic())
+            if batch:
+                return batch
+        return []
+
     def _due_now(self) -> bool:
-        due = self._patiently(self.queue.next_due)
-        return due is not None and due <= self.queue.clock.now()
+        for queue in self.queues.values():
+            due = self._patiently(queue.next_due)
+            if due is not None and due <= queue.clock.now():
+                return True
+        return False
 
     def _handler_loop(self) -> None:
         while True:
@@ -217,6 +253,7 @@ class Worker(WorkerBase):
             ok = self._process(envelope)
             with self._lock:
                 self._running.discard(envelope)
+                self._rotation.done(self._name_of[id(envelope.queue)])
                 self._handled += 1
                 if ok:
                     self._to_ack.append(envelope)
@@ -246,8 +283,8 @@ class Worker(WorkerBase):
         with self._lock:
             batch, self._to_ack = self._to_ack, []
         try:
-            if batch:
-                self.queue.ack_many(batch)
+            for envelopes in _by_queue(batch):
+                envelopes[0].queue.ack_many(envelopes)
         except BaseException:
             with self._lock:
                 self._to_ack[:0] = batch  # acks are idempotent: send them again later
@@ -262,7 +299,7 @@ class Worker(WorkerBase):
             self._work.notify_all()
         deadline = time.monotonic() + self.grace_period.total_seconds()
         for envelope in unstarted:  # back to the queue at once, not when their locks expire
-            self._until(deadline, partial(self.queue.release, envelope))
+            self._until(deadline, partial(envelope.queue.release, envelope))
         for handler in handlers:
             handler.join(max(0.0, deadline - time.monotonic()))
         self._abandon.set()
@@ -319,10 +356,21 @@ class Worker(WorkerBase):
             self.stop()
 
     def _transaction_round(self) -> int:
-        queue = self.queue
+        with self._lock:
+            turns = self._rotation.turns(time.monotonic())
+        for name, count in turns:
+            handled = self._transaction_on(name, count)
+            if handled:
+                return handled
+        return 0
+
+    def _transaction_on(self, name: str, count: int) -> int:
+        queue = self.queues[name]
         with queue.engine.connect() as conn:
             run_op(conn, queue.dao.begin_write)
-            batch = queue.poll_many(self.batch_size, connection=conn)
+            batch = queue.poll_many(count, connection=conn)
+            with self._lock:
+                self._rotation.claimed(name, len(batch), time.monotonic())
             if not batch:
                 conn.rollback()
                 return 0
@@ -351,6 +399,7 @@ class Worker(WorkerBase):
             queue.ack_many([e for e, _ in done], connection=conn)
             conn.commit()
         with self._lock:
+            self._rotation.done(name, len(batch))
             self._handled += len(done)
         for envelope, seconds in done:
             self._events.emit("succeeded", envelope, timedelta(seconds=seconds))
@@ -364,21 +413,24 @@ class Worker(WorkerBase):
         given)."""
         delay = self.retry_delay(envelope.attempt)
         if delay is None:
-            if self.dead_letters.bury(envelope, error_text(error), connection=conn):
+            letters = self.dead_letters[self._name_of[id(envelope.queue)]]
+            if letters.bury(envelope, error_text(error), connection=conn):
                 self._events.emit("dead_lettered", envelope, error)
             return
-        self.queue.release(envelope, delay=delay, connection=conn)
+        envelope.queue.release(envelope, delay=delay, connection=conn)
         self._events.emit("failed", envelope, error, delay)
 
     # ---- sleeping, heartbeats, wake-ups -----------------------------------------------------
 
     def _sleep_until_due(self) -> None:
         timeout = self.idle_poll.total_seconds()
-        due = self._patiently(self.queue.next_due)
-        if due is not None:
-            until_due = (due - self.queue.clock.now()).total_seconds()
-            timeout = min(timeout, max(until_due, MIN_IDLE))
+        for queue in self.queues.values():
+            due = self._patiently(queue.next_due)
+            if due is not None:
+                until_due = (due - queue.clock.now()).total_seconds()
+                timeout = min(timeout, max(until_due, MIN_IDLE))
         wait_event(self._wake, timeout)
+        self._rotation.wake()
 
     def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
@@ -391,11 +443,12 @@ class Worker(WorkerBase):
                 except Exception as exc:  # the next beat tries again; the lock may yet hold
                     log.warning("heartbeat could not extend %s: %s", envelope.key, exc)
 
-    def _listen_loop(self) -> None:
-        dao = self.queue.dao
+    def _listen_loop(self, queues: list[DelayedQueue]) -> None:
+        first = queues[0]
+        pkinds = {q.pkind for q in queues}
         try:
-            self._patiently(lambda: dao.listen(self.queue.engine, self.queue.pkind,
-                                               self._wake.set, self._stop))
+            self._patiently(partial(first.dao.listen, first.engine, pkinds, self.wake,
+                                    self._stop))
         except UnsupportedDialectError as exc:
             log.warning("no wake-ups, polling only: %s", exc)
         except Exception:
@@ -443,3 +496,11 @@ class Worker(WorkerBase):
             retrying(attempt)
         except Exception as exc:
             log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)
+
+
+def _by_queue(envelopes: list[Envelope]) -> list[list[Envelope]]:
+    """Envelopes grouped by the queue that claimed them, each group in order."""
+    groups: dict[int, list[Envelope]] = {}
+    for envelope in envelopes:
+        groups.setdefault(id(envelope.queue), []).append(envelope)
+    return list(groups.values())

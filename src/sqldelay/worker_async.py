@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -39,7 +39,14 @@ from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue_async import AsyncDelayedQueue
-from .worker_base import MAX_BACKOFF, MIN_IDLE, ProcessingMode, WorkerBase, error_text
+from .worker_base import (
+    MAX_BACKOFF,
+    MIN_IDLE,
+    ProcessingMode,
+    Rotation,
+    WorkerBase,
+    error_text,
+)
 
 log = logging.getLogger("sqldelay.worker")
 
@@ -51,9 +58,13 @@ class AsyncWorker(WorkerBase):
 
     queue_class = AsyncDelayedQueue
 
-    def __init__(self, queue: AsyncDelayedQueue, handler: Callable[..., Any], **settings) -> None:
-        super().__init__(queue, handler, **settings)
-        self.dead_letters = AsyncDeadLetters.of(queue)
+    def __init__(self, queues: AsyncDelayedQueue | Mapping[str, AsyncDelayedQueue]
+                 | Sequence[AsyncDelayedQueue], handler: Callable[..., Any],
+                 **settings) -> None:
+        super().__init__(queues, handler, **settings)
+        self.dead_letters = {name: AsyncDeadLetters.of(q) for name, q in self.queues.items()}
+        self._name_of = {id(q): name for name, q in self.queues.items()}
+        self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
         self._handlers = HandlerRunner(self.concurrency)
         self._stop = Event()
         self._abandon = Event()  # the grace period is over: give up on the database
@@ -93,6 +104,7 @@ class AsyncWorker(WorkerBase):
 
     def wake(self) -> None:
         """Look for due messages now instead of at the end of the current idle sleep."""
+        self._rotation.wake()
         self._wake.set()
 
     # ---- the run loop ------------------------------------------------------------------------
@@ -121,6 +133,7 @@ class AsyncWorker(WorkerBase):
             return self._handled
 
     def _reset(self) -> None:
+        self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
         self._stop.clear()
         self._abandon.clear()
         self._wake.clear()
@@ -136,8 +149,9 @@ class AsyncWorker(WorkerBase):
         helpers = []
         if self.heartbeat is not None:
             helpers.append(spawn(self._heartbeat_loop, "sqldelay-heartbeat"))
-        if self.wake_ups and not until_idle and self.queue.dao.notifications:
-            helpers.append(spawn(self._listen_loop, "sqldelay-listen"))
+        if self.wake_ups and not until_idle:
+            for i, group in enumerate(self.listening_groups()):
+                helpers.append(spawn(partial(self._listen_loop, group), f"sqldelay-listen-{i}"))
         return helpers
 
     # ---- at-least-once -----------------------------------------------------------------------
@@ -164,7 +178,7 @@ class AsyncWorker(WorkerBase):
             if self._stop.is_set():
                 return
             self._wake.clear()  # before the poll: a wake-up after it is not lost
-            batch = await self._patiently(lambda: self.queue.poll_many(self.batch_size))
+            batch = await self._claim_next()
             if batch is None:
                 return
             if batch:
@@ -181,6 +195,7 @@ class AsyncWorker(WorkerBase):
             if until_idle:
                 if await self._wait_until_quiet():
                     return
+                self._rotation.wake()  # something fell due meanwhile: every queue again
                 continue
             if not idle:
                 idle = True
@@ -196,9 +211,30 @@ class AsyncWorker(WorkerBase):
         await self._patiently(self._flush_acks)
         return not await self._due_now()
 
+    async def _claim_next(self, connection: AsyncConnection | None = None) -> list | None:
+        """Claim from the queues in turn until one has something (None: stopped meanwhile)."""
+        async with self._lock:
+            turns = self._rotation.turns(time.monotonic())
+        for name, count in turns:
+            queue = self.queues[name]
+            if connection is None:
+                batch = await self._patiently(partial(queue.poll_many, count))
+            else:
+                batch = await queue.poll_many(count, connection=connection)
+            if batch is None:
+                return None
+            async with self._lock:
+                self._rotation.claimed(name, len(batch), time.monotonic())
+            if batch:
+                return batch
+        return []
+
     async def _due_now(self) -> bool:
-        due = await self._patiently(self.queue.next_due)
-        return due is not None and due <= self.queue.clock.now()
+        for queue in self.queues.values():
+            due = await self._patiently(queue.next_due)
+            if due is not None and due <= queue.clock.now():
+                return True
+        return False
 
     async def _handler_loop(self) -> None:
         while True:
@@ -215,6 +251,7 @@ class AsyncWorker(WorkerBase):
             ok = await self._process(envelope)
             async with self._lock:
                 self._running.discard(envelope)
+                self._rotation.done(self._name_of[id(envelope.queue)])
                 self._handled += 1
                 if ok:
                     self._to_ack.append(envelope)
@@ -244,8 +281,8 @@ class AsyncWorker(WorkerBase):
         async with self._lock:
             batch, self._to_ack = self._to_ack, []
         try:
-            if batch:
-                await self.queue.ack_many(batch)
+            for envelopes in _by_queue(batch):
+                await envelopes[0].queue.ack_many(envelopes)
         except BaseException:
             async with self._lock:
                 self._to_ack[:0] = batch  # acks are idempotent: send them again later
@@ -260,7 +297,7 @@ class AsyncWorker(WorkerBase):
             self._work.notify_all()
         deadline = time.monotonic() + self.grace_period.total_seconds()
         for envelope in unstarted:  # back to the queue at once, not when their locks expire
-            await self._until(deadline, partial(self.queue.release, envelope))
+            await self._until(deadline, partial(envelope.queue.release, envelope))
         for handler in handlers:
             await handler.join(max(0.0, deadline - time.monotonic()))
         self._abandon.set()
@@ -317,10 +354,21 @@ class AsyncWorker(WorkerBase):
             self.stop()
 
     async def _transaction_round(self) -> int:
-        queue = self.queue
+        async with self._lock:
+            turns = self._rotation.turns(time.monotonic())
+        for name, count in turns:
+            handled = await self._transaction_on(name, count)
+            if handled:
+                return handled
+        return 0
+
+    async def _transaction_on(self, name: str, count: int) -> int:
+        queue = self.queues[name]
         async with queue.engine.connect() as conn:
             await run_op(conn, queue.dao.begin_write)
-            batch = await queue.poll_many(self.batch_size, connection=conn)
+            batch = await queue.poll_many(count, connection=conn)
+            async with self._lock:
+                self._rotation.claimed(name, len(batch), time.monotonic())
             if not batch:
                 await conn.rollback()
                 return 0
@@ -349,6 +397,7 @@ class AsyncWorker(WorkerBase):
             await queue.ack_many([e for e, _ in done], connection=conn)
             await conn.commit()
         async with self._lock:
+            self._rotation.done(name, len(batch))
             self._handled += len(done)
         for envelope, seconds in done:
             self._events.emit("succeeded", envelope, timedelta(seconds=seconds))
@@ -362,21 +411,24 @@ class AsyncWorker(WorkerBase):
         given)."""
         delay = self.retry_delay(envelope.attempt)
         if delay is None:
-            if await self.dead_letters.bury(envelope, error_text(error), connection=conn):
+            letters = self.dead_letters[self._name_of[id(envelope.queue)]]
+            if await letters.bury(envelope, error_text(error), connection=conn):
                 self._events.emit("dead_lettered", envelope, error)
             return
-        await self.queue.release(envelope, delay=delay, connection=conn)
+        await envelope.queue.release(envelope, delay=delay, connection=conn)
         self._events.emit("failed", envelope, error, delay)
 
     # ---- sleeping, heartbeats, wake-ups -----------------------------------------------------
 
     async def _sleep_until_due(self) -> None:
         timeout = self.idle_poll.total_seconds()
-        due = await self._patiently(self.queue.next_due)
-        if due is not None:
-            until_due = (due - self.queue.clock.now()).total_seconds()
-            timeout = min(timeout, max(until_due, MIN_IDLE))
+        for queue in self.queues.values():
+            due = await self._patiently(queue.next_due)
+            if due is not None:
+                until_due = (due - queue.clock.now()).total_seconds()
+                timeout = min(timeout, max(until_due, MIN_IDLE))
         await wait_event(self._wake, timeout)
+        self._rotation.wake()
 
     async def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
@@ -389,11 +441,12 @@ class AsyncWorker(WorkerBase):
                 except Exception as exc:  # the next beat tries again; the lock may yet hold
                     log.warning("heartbeat could not extend %s: %s", envelope.key, exc)
 
-    async def _listen_loop(self) -> None:
-        dao = self.queue.dao
+    async def _listen_loop(self, queues: list[AsyncDelayedQueue]) -> None:
+        first = queues[0]
+        pkinds = {q.pkind for q in queues}
         try:
-            await self._patiently(lambda: dao.alisten(self.queue.engine, self.queue.pkind,
-                                                      self._wake.set, self._stop))
+            await self._patiently(partial(first.dao.alisten, first.engine, pkinds, self.wake,
+                                          self._stop))
         except UnsupportedDialectError as exc:
             log.warning("no wake-ups, polling only: %s", exc)
         except Exception:
@@ -441,3 +494,11 @@ class AsyncWorker(WorkerBase):
             await retrying(attempt)
         except Exception as exc:
             log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)
+
+
+def _by_queue(envelopes: list[Envelope]) -> list[list[Envelope]]:
+    """Envelopes grouped by the queue that claimed them, each group in order."""
+    groups: dict[int, list[Envelope]] = {}
+    for envelope in envelopes:
+        groups.setdefault(id(envelope.queue), []).append(envelope)
+    return list(groups.values())

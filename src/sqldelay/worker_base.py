@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -62,7 +62,7 @@ class WorkerBase:
 
     queue_class: type = object  # the front end's queue class, set by each worker class
 
-    def __init__(self, queue: Any, handler: Callable[..., Any], *,
+    def __init__(self, queues: Any, handler: Callable[..., Any], *,
                  concurrency: int = 1, batch_size: int | None = None,
                  retry: RetryPolicy | None = None,
                  mode: ProcessingMode = ProcessingMode.AT_LEAST_ONCE,
@@ -70,10 +70,16 @@ class WorkerBase:
                  grace_period: timedelta = timedelta(seconds=30),
                  heartbeat: timedelta | None = None,
                  listeners: Sequence[WorkerListener] | None = None,
-                 wake_ups: bool = True) -> None:
-        if not isinstance(queue, self.queue_class):
-            raise InvalidArgumentError(
-                f"queue must be a {self.queue_class.__name__}, got {queue!r}")
+                 wake_ups: bool = True,
+                 limits: Mapping[str, int] | None = None) -> None:
+        self.queues = self._named_queues(queues)
+        limits = dict(limits or {})
+        for name, limit in limits.items():
+            if name not in self.queues:
+                raise InvalidArgumentError(
+                    f"limits names {name!r}, which is not one of the worker's queues "
+                    f"({', '.join(self.queues)})")
+            check_positive_int(limit, f"limits[{name!r}]")
         if not callable(handler):
             raise InvalidArgumentError(f"handler must be callable, got {handler!r}")
         check_positive_int(concurrency, "concurrency")
@@ -90,10 +96,11 @@ class WorkerBase:
         if heartbeat is not None:
             if duration_ms(heartbeat, "heartbeat") < 1:
                 raise InvalidArgumentError("heartbeat must be positive")
-            if heartbeat >= queue.acquire_timeout:
+            shortest = min(q.acquire_timeout for q in self.queues.values())
+            if heartbeat >= shortest:
                 raise InvalidArgumentError(
-                    f"heartbeat ({heartbeat}) must be shorter than the queue's acquire_timeout "
-                    f"({queue.acquire_timeout}), or locks expire between beats")
+                    f"heartbeat ({heartbeat}) must be shorter than the queues' acquire_timeout "
+                    f"({shortest}), or locks expire between beats")
             if mode is ProcessingMode.TRANSACTIONAL:
                 raise InvalidArgumentError(
                     "heartbeat is for at-least-once mode: in transactional mode the open "
@@ -104,7 +111,7 @@ class WorkerBase:
                 raise InvalidArgumentError(
                     f"listeners must be WorkerListener instances, got {listener!r}")
 
-        self.queue = queue
+        self.limits = limits
         self.handler = handler
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -117,8 +124,34 @@ class WorkerBase:
         self._events = Listeners(listeners)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.queue!r}, mode={self.mode.value}, "
+        return (f"{type(self).__name__}({list(self.queues.values())!r}, mode={self.mode.value}, "
                 f"concurrency={self.concurrency}, batch_size={self.batch_size})")
+
+    def _named_queues(self, queues: Any) -> dict[str, Any]:
+        """The worker's queues by name, from one queue, a sequence of them, or a mapping of
+        names to them."""
+        if isinstance(queues, self.queue_class):
+            named = {queues.name: queues}
+        elif isinstance(queues, Mapping):
+            named = dict(queues)
+        elif isinstance(queues, Sequence) and not isinstance(queues, str):
+            named = {}
+            for q in queues:
+                if isinstance(q, self.queue_class) and q.name in named:
+                    raise InvalidArgumentError(
+                        f"two queues named {q.name!r}: give a mapping of distinct names")
+                named[getattr(q, "name", repr(q))] = q
+        else:
+            named = {"": queues}
+        if not named:
+            raise InvalidArgumentError("a worker needs at least one queue")
+        for name, q in named.items():
+            if not isinstance(q, self.queue_class):
+                raise InvalidArgumentError(
+                    f"queue must be a {self.queue_class.__name__}, got {q!r}")
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError(f"queue names must be non-empty str, got {name!r}")
+        return named
 
     def retry_delay(self, attempt: int) -> timedelta | None:
         """How long a message whose attempt ``attempt`` failed waits; None: bury it."""
@@ -133,7 +166,60 @@ class WorkerBase:
             return True
         return isinstance(exc, sa.exc.DBAPIError) and (
             exc.connection_invalidated
-            or self.queue.dao.classify(exc) in (ErrorKind.TRANSIENT, ErrorKind.UNAVAILABLE))
+            or any(q.dao.classify(exc) in (ErrorKind.TRANSIENT, ErrorKind.UNAVAILABLE)
+                   for q in self.queues.values()))
+
+    def listening_groups(self) -> list[list[Any]]:
+        """The queues that can be woken, grouped by engine and table (one listener each)."""
+        groups: dict[tuple[int, str], list[Any]] = {}
+        for q in self.queues.values():
+            if q.dao.notifications:
+                groups.setdefault((id(q.engine), q.dao.table.name), []).append(q)
+        return list(groups.values())
+
+
+class Rotation:
+    """Which of a worker's queues to claim from next, and how much: in turn (round robin),
+    passing over a queue at its concurrency cap (``limits``: messages of it claimed and not
+    yet done, in this worker) and, for a moment, one that just had nothing due. A queue with
+    a million due messages then takes no more turns than a quiet one, and the quiet one's new
+    messages wait at most a turn. Not thread-safe: the worker calls it under its lock."""
+
+    RECHECK = 0.05  # seconds a queue that had nothing due sits out while others have work
+
+    def __init__(self, names: Sequence[str], limits: Mapping[str, int], batch_size: int) -> None:
+        self.names = list(names)
+        self.limits = limits
+        self.batch_size = batch_size
+        self.held = dict.fromkeys(self.names, 0)
+        self.quiet_until = dict.fromkeys(self.names, 0.0)
+        self._next = 0
+
+    def turns(self, now: float) -> list[tuple[str, int]]:
+        """(queue name, how many to claim) in the order to try them now."""
+        order = self.names[self._next:] + self.names[:self._next]
+        out = []
+        for name in order:
+            room = self.batch_size
+            if name in self.limits:
+                room = min(room, self.limits[name] - self.held[name])
+            if room > 0 and self.quiet_until[name] <= now:
+                out.append((name, room))
+        return out
+
+    def claimed(self, name: str, count: int, now: float) -> None:
+        self._next = (self.names.index(name) + 1) % len(self.names)
+        self.held[name] += count
+        if not count:
+            self.quiet_until[name] = now + self.RECHECK
+
+    def done(self, name: str, count: int = 1) -> None:
+        self.held[name] -= count
+
+    def wake(self) -> None:
+        """Something is due now, somewhere: every queue takes its turns again."""
+        for name in self.names:
+            self.quiet_until[name] = 0.0
 
 
 def error_text(error: BaseException) -> str:

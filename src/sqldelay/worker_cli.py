@@ -39,9 +39,15 @@ def register(sub) -> None:
                                    "handler (or an async driver in --url) runs on the asyncio "
                                    "worker, over the database's async driver.")
     p.add_argument("handler", help="the function to run, as package.module:function")
-    add_db_arguments(p, queue="default")
+    add_db_arguments(p)
+    p.add_argument("--queue", action="append", dest="queues", metavar="NAME",
+                   help="a queue to work on; repeat it for several, claimed from in turn "
+                        "(default: default)")
+    p.add_argument("--queue-limit", action="append", default=[], metavar="NAME=N",
+                   type=_queue_limit,
+                   help="at most N messages of queue NAME handled at once by this worker")
     p.add_argument("--serializer", choices=sorted(SERIALIZERS), default="json",
-                   help="payload format of the queue (default json)")
+                   help="payload format of the queues (default json)")
     p.add_argument("--concurrency", type=int, default=1, help="handler threads (default 1)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="messages per claim (default: the concurrency)")
@@ -95,6 +101,13 @@ def _seconds(text: str) -> timedelta:
     return timedelta(seconds=value)
 
 
+def _queue_limit(text: str) -> tuple[str, int]:
+    name, sep, number = text.rpartition("=")
+    if not sep or not name or not number.isdigit() or int(number) < 1:
+        raise argparse.ArgumentTypeError(f"give NAME=N with N a positive integer, not {text!r}")
+    return name, int(number)
+
+
 def load_handler(spec: str) -> Callable:
     """Import ``package.module:function``, looking in the current directory too."""
     module_name, sep, attr = spec.partition(":")
@@ -125,17 +138,20 @@ def run_worker(args: argparse.Namespace) -> int:
                                     max_attempts=args.max_attempts)
     queue_settings = {"table_name": args.table, "serializer": SERIALIZERS[args.serializer](),
                       "acquire_timeout": args.acquire_timeout}
+    names = args.queues or ["default"]
     settings = {"concurrency": args.concurrency, "batch_size": args.batch_size, "retry": retry,
+                "limits": dict(args.queue_limit),
                 "mode": ProcessingMode.TRANSACTIONAL if args.transactional
                 else ProcessingMode.AT_LEAST_ONCE,
                 "idle_poll": args.idle_poll, "grace_period": args.grace,
                 "heartbeat": args.heartbeat}
     if inspect.iscoroutinefunction(handler) or is_async_url(args.url):
         # an async def handler, or an async driver in the URL: the asyncio worker
-        return asyncio.run(_run_async_worker(args, handler, queue_settings, settings))
+        return asyncio.run(_run_async_worker(args, names, handler, queue_settings, settings))
     engine = create_engine(args.url)
     try:
-        worker = Worker(DelayedQueue(engine, args.queue, **queue_settings), handler, **settings)
+        queues = {n: DelayedQueue(engine, n, **queue_settings) for n in names}
+        worker = Worker(queues, handler, **settings)
         if args.drain:
             print(f"handled {worker.drain()} message(s)")
         else:
@@ -145,12 +161,12 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_async_worker(args: argparse.Namespace, handler: Callable, queue_settings: dict,
-                            settings: dict) -> int:
+async def _run_async_worker(args: argparse.Namespace, names: list[str], handler: Callable,
+                            queue_settings: dict, settings: dict) -> int:
     engine = create_async_engine(args.url)
     try:
-        queue = AsyncDelayedQueue(engine, args.queue, **queue_settings)
-        worker = AsyncWorker(queue, handler, **settings)
+        queues = {n: AsyncDelayedQueue(engine, n, **queue_settings) for n in names}
+        worker = AsyncWorker(queues, handler, **settings)
         if args.drain:
             print(f"handled {await worker.drain()} message(s)")
         else:

@@ -1,4 +1,6 @@
-"""The Alembic migration and create_schema must build the same tables on every backend."""
+"""The migrations (the package's Alembic scripts, as the ``alembic`` command and create_schema
+run them) build what the code declares, on every backend; upgrades keep every message.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import create_schema, drop_schema
+from sqldelay import DeadLetters, DelayedQueue, create_schema, drop_schema
+from sqldelay.migrate import current
+from sqldelay.schema import SCHEMA_VERSION, schema_tables
 
 from ..conftest import unique_name
 
@@ -43,20 +47,26 @@ def shape(url: str, prefix: str) -> dict:
     return tables
 
 
-def test_migration_builds_what_create_schema_builds(backend_url, engine):
-    by_code, by_migration = unique_name("sqdc"), unique_name("sqdm")
-    create_schema(engine, table_name=by_code)
+def _drop_version_table(engine, name: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}_alembic"))
+
+
+def test_the_migrations_build_what_the_code_declares(backend_url, engine):
+    declared, migrated = unique_name("sqdc"), unique_name("sqdm")
+    metadata = sa.MetaData()
+    schema_tables(metadata, declared)
+    metadata.create_all(engine)
     try:
-        alembic(backend_url, by_migration, "upgrade", "head")
-        expected = shape(backend_url, by_code)
-        assert "" in expected  # the queue table itself
-        assert shape(backend_url, by_migration) == expected
-        alembic(backend_url, by_migration, "downgrade", "base")
-        assert shape(backend_url, by_migration) == {}
+        alembic(backend_url, migrated, "upgrade", "head")
+        expected = shape(backend_url, declared)
+        assert {"", "_dead", "_groups", "_settings"} == set(expected)
+        assert shape(backend_url, migrated) == expected
+        alembic(backend_url, migrated, "downgrade", "base")
+        assert shape(backend_url, migrated) == {}
     finally:
-        drop_schema(engine, table_name=by_code)
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {by_migration}_alembic"))
+        metadata.drop_all(engine)
+        _drop_version_table(engine, migrated)
 
 
 def test_migration_takes_the_tuning_preset_and_refuses_an_unknown_one(backend_url, engine):
@@ -75,5 +85,62 @@ def test_migration_takes_the_tuning_preset_and_refuses_an_unknown_one(backend_ur
             assert "autovacuum_vacuum_cost_delay=2" in options
     finally:
         alembic(backend_url, name, "downgrade", "base")
+        _drop_version_table(engine, name)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["migrated", "made-by-create_schema"])
+def test_an_upgrade_from_the_0002_schema_keeps_every_message_and_its_state(backend_url, engine,
+                                                                          recorded):
+    """Messages due, scheduled and in flight, and a dead letter, written under the 0002
+    schema (by ``alembic upgrade 0002``, or by an older create_schema that recorded no
+    version), are all there after create_schema brings the tables to this version."""
+    name = unique_name("sqdu")
+    alembic(backend_url, name, "upgrade", "0002")
+    if not recorded:
+        _drop_version_table(engine, name)
+    try:
+        kind, now = "orders|json", 1_000_000
         with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}_alembic"))
+            for key, at, lock in (("due", now - 5, None), ("later", now + 60_000, None),
+                                  ("held", now + 30_000, "L-1")):
+                conn.execute(sa.text(
+                    f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, "
+                    "scheduled_at_initially, lock_uuid, created_at, deliveries) "
+                    "VALUES (:k, :key, :p, :at, :at, :lock, :c, :d)"),
+                    {"k": kind, "key": key, "p": b'{"v":1}', "at": at, "lock": lock,
+                     "c": now - 100, "d": 1 if lock else 0})
+            conn.execute(sa.text(
+                f"INSERT INTO {name}_dead (pkind, pkey, payload, scheduled_at_initially, "
+                "created_at, attempts, last_error, failed_at) "
+                "VALUES (:k, 'gave-up', :p, :c, :c, 3, 'boom', :c)"), {"k": kind, "p": b'"x"',
+                                                                       "c": now})
+        create_schema(engine, table_name=name)
+        with engine.connect() as conn:
+            assert current(conn, name) == SCHEMA_VERSION
+        from sqldelay import FakeClock
+        from sqldelay.clock import from_ms
+
+        queue = DelayedQueue(engine, "orders", table_name=name, clock=FakeClock(from_ms(now)))
+        stats = queue.stats()
+        assert (stats.due, stats.scheduled, stats.in_flight) == (1, 1, 1)
+        held = queue.get("held")
+        assert held.in_flight and held.deliveries == 1 and held.priority == 0
+        [env] = queue.poll_many(10)  # only the due one: the held one keeps its lock
+        assert (env.key, env.payload, env.priority, env.group) == ("due", {"v": 1}, 0, None)
+        [dead] = DeadLetters(engine, table_name=name).list()
+        assert (dead.key, dead.attempts, dead.last_error, dead.priority) == \
+            ("gave-up", 3, "boom", 0)
+    finally:
+        drop_schema(engine, table_name=name)
+
+
+def test_create_schema_is_idempotent_and_records_the_version(engine):
+    name = unique_name("sqdi")
+    try:
+        create_schema(engine, table_name=name)
+        create_schema(engine, table_name=name)
+        with engine.connect() as conn:
+            assert current(conn, name) == SCHEMA_VERSION
+    finally:
+        drop_schema(engine, table_name=name)
+    assert shape(str(engine.url.render_as_string(hide_password=False)), name) == {}

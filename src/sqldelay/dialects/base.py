@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -176,13 +176,13 @@ class QueueDao(FlowControl):
 
     # ---- wake-ups (only where ``notifications`` is True) -----------------------------------
 
-    def listen(self, engine: sa.Engine, pkind: str, on_wake: Callable[[], None],
+    def listen(self, engine: sa.Engine, pkinds: Collection[str], on_wake: Callable[[], None],
                stop: threading.Event) -> None:
         """Block until ``stop`` is set, calling ``on_wake`` once listening has begun and then
-        for each wake-up of ``pkind``; raises when the connection is lost."""
+        for each wake-up of one of ``pkinds``; raises when the connection is lost."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
-    async def alisten(self, engine, pkind: str, on_wake: Callable[[], None],
+    async def alisten(self, engine, pkinds: Collection[str], on_wake: Callable[[], None],
                       stop: asyncio.Event) -> None:
         """``listen`` for the asyncio front end (``engine`` an AsyncEngine)."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
@@ -152,7 +152,7 @@ class PostgresQueueDao(QueueDao):
     def channel(self) -> str:
         return f"sqldelay_{self.table.name}"
 
-    def listen(self, engine: sa.Engine, pkind: str, on_wake: Callable[[], None],
+    def listen(self, engine: sa.Engine, pkinds: Collection[str], on_wake: Callable[[], None],
                stop: threading.Event) -> None:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             driver = conn.connection.driver_connection
@@ -166,7 +166,7 @@ class PostgresQueueDao(QueueDao):
                     # a burst of notifications is one wake-up: on_wake only sets an event
                     try:
                         for note in driver.notifies(timeout=0.5):
-                            if note.payload == pkind:
+                            if note.payload in pkinds:
                                 on_wake()
                             if stop.is_set():
                                 break
@@ -177,7 +177,7 @@ class PostgresQueueDao(QueueDao):
                 if not conn.invalidated:
                     conn.invalidate()  # never hand a listening connection back to the pool
 
-    async def alisten(self, engine, pkind: str, on_wake: Callable[[], None],
+    async def alisten(self, engine, pkinds: Collection[str], on_wake: Callable[[], None],
                       stop: asyncio.Event) -> None:
         """``listen`` for the asyncio front end, through the async driver: asyncpg's
         ``add_listener`` or psycopg's ``AsyncConnection.notifies``. Called on the event loop;
@@ -187,10 +187,10 @@ class PostgresQueueDao(QueueDao):
             driver = (await conn.get_raw_connection()).driver_connection
             try:
                 if hasattr(driver, "add_listener"):
-                    await self._listen_asyncpg(driver, pkind, on_wake, stop)
+                    await self._listen_asyncpg(driver, pkinds, on_wake, stop)
                 elif hasattr(driver, "notifies"):
                     await conn.exec_driver_sql(f'LISTEN "{self.channel}"')
-                    await self._listen_psycopg(conn, driver, pkind, on_wake, stop)
+                    await self._listen_psycopg(conn, driver, pkinds, on_wake, stop)
                 else:
                     raise UnsupportedDialectError(
                         "wake-ups on PostgreSQL need asyncpg (postgresql+asyncpg://) or psycopg "
@@ -199,12 +199,12 @@ class PostgresQueueDao(QueueDao):
                 if not conn.invalidated:
                     await conn.invalidate()  # never hand a listening connection back to the pool
 
-    async def _listen_asyncpg(self, driver, pkind: str, on_wake: Callable[[], None],
-                              stop: asyncio.Event) -> None:
+    async def _listen_asyncpg(self, driver, pkinds: Collection[str],
+                              on_wake: Callable[[], None], stop: asyncio.Event) -> None:
         lost = asyncio.Event()
 
         def notified(connection, pid, channel, payload) -> None:
-            if payload == pkind:
+            if payload in pkinds:
                 on_wake()
 
         driver.add_termination_listener(lambda connection: lost.set())
@@ -220,13 +220,13 @@ class PostgresQueueDao(QueueDao):
             raise sa.exc.OperationalError("LISTEN", None,
                                           ConnectionError("the listening connection was lost"))
 
-    async def _listen_psycopg(self, conn, driver, pkind: str, on_wake: Callable[[], None],
-                              stop: asyncio.Event) -> None:
+    async def _listen_psycopg(self, conn, driver, pkinds: Collection[str],
+                              on_wake: Callable[[], None], stop: asyncio.Event) -> None:
         on_wake()  # whatever was offered before we listened
         while not stop.is_set():
             try:
                 async for note in driver.notifies(timeout=0.5):
-                    if note.payload == pkind:
+                    if note.payload in pkinds:
                         on_wake()
                     if stop.is_set():
                         break

@@ -49,6 +49,7 @@ def register(spark: Any) -> None:
 
 def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
                     payload: str = "payload", at: str | None = None, update: bool = False,
+                    priority: str | None = None, group: str | None = None,
                     table_name: str = DEFAULT_TABLE, chunk_size: int = DEFAULT_CHUNK_SIZE,
                     precheck: bool = True) -> OfferCounts:
     """Offer every row of ``df`` as a message of ``queue``; return the summed outcomes.
@@ -56,9 +57,10 @@ def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
     ``key``: a string or integer column (integers become their decimal text). ``payload``: a
     struct/map/array column (JSON), a string or a binary column. ``at``: an optional timestamp
     column, the due time (null: due now); a ``timestamp_ntz`` column is refused because it
-    names no instant. ``update=False`` inserts keys that are absent and ignores the rest;
-    ``update=True`` upserts. Each partition is offered by one task in chunks of
-    ``chunk_size`` rows, each chunk its own transaction; a retried task re-offers
+    names no instant. ``priority``: an optional integer column (null: 0); ``group``: an
+    optional string column (null: no group). ``update=False`` inserts keys that are absent
+    and ignores the rest; ``update=True`` upserts. Each partition is offered by one task in
+    chunks of ``chunk_size`` rows, each chunk its own transaction; a retried task re-offers
     idempotently, so the queue holds each key once. The counts come from the successful
     attempt of each task: rows that a failed attempt had committed count as ignored.
 
@@ -71,7 +73,8 @@ def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
         raise InvalidArgumentError(f"update must be True or False, got {update!r}")
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
         raise InvalidArgumentError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    mapping = resolve_mapping(df.schema, key=key, payload=payload, at=at)
+    mapping = resolve_mapping(df.schema, key=key, payload=payload, at=at, priority=priority,
+                              group=group)
     config = WriteConfig(url=url, queue=queue, table_name=table_name, mapping=mapping,
                          update=update, chunk_size=chunk_size)
     # checks the queue name on the driver (DelayedQueue validates it) without connecting
@@ -83,7 +86,7 @@ def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
     finally:
         engine.dispose()
     check_table(url, table_name)
-    columns = [c for c in dict.fromkeys((mapping.key, mapping.payload, mapping.at)) if c]
+    columns = mapping.columns()
     selected = df.select(*columns)
     if precheck:
         _precheck(selected, mapping)

@@ -32,7 +32,8 @@ from ..errors import InvalidArgumentError
 from ..messages import Message
 from ..serializers import BytesSerializer, JsonSerializer, Serializer, StrSerializer
 
-_KEY_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_INTEGER_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_KEY_TYPES = (T.StringType, *_INTEGER_TYPES)
 _JSON_TYPES = (T.StructType, T.MapType, T.ArrayType)
 
 SERIALIZERS: dict[str, type] = {
@@ -51,6 +52,13 @@ class ColumnMapping:
     at: str | None
     serializer_name: str  # "json", "str" or "bytes"
     payload_type_json: str  # the payload column's Spark type, for the JSON converter
+    priority: str | None = None
+    group: str | None = None
+
+    def columns(self) -> list[str]:
+        """The mapped columns, each once, in a fixed order."""
+        return [c for c in dict.fromkeys(
+            (self.key, self.payload, self.at, self.priority, self.group)) if c is not None]
 
     def serializer(self) -> Serializer:
         return SERIALIZERS[self.serializer_name]()
@@ -59,8 +67,8 @@ class ColumnMapping:
         return T._parse_datatype_json_string(self.payload_type_json)
 
 
-def resolve_mapping(schema: T.StructType, *, key: str, payload: str,
-                    at: str | None) -> ColumnMapping:
+def resolve_mapping(schema: T.StructType, *, key: str, payload: str, at: str | None,
+                    priority: str | None = None, group: str | None = None) -> ColumnMapping:
     """Check that the columns exist and have usable types; raise InvalidArgumentError if not."""
     fields = {f.name: f for f in schema.fields}
     available = ", ".join(fields) or "(none)"
@@ -110,8 +118,18 @@ def resolve_mapping(schema: T.StructType, *, key: str, payload: str,
                 "timestamp column (e.g. F.to_timestamp(...)); a null at means due now"
             )
 
+    if priority is not None and not isinstance(field(priority, "priority").dataType,
+                                               _INTEGER_TYPES):
+        raise InvalidArgumentError(
+            f"the priority column {priority!r} has type "
+            f"{fields[priority].dataType.simpleString()}; use an integer column (a null "
+            "priority is 0)")
+    if group is not None and not isinstance(field(group, "group").dataType, T.StringType):
+        raise InvalidArgumentError(
+            f"the group column {group!r} has type {fields[group].dataType.simpleString()}; "
+            "use a string column (a null group means no group)")
     return ColumnMapping(key=key, payload=payload, at=at, serializer_name=serializer_name,
-                         payload_type_json=ptype.json())
+                         payload_type_json=ptype.json(), priority=priority, group=group)
 
 
 # ---- row conversion (in tasks) ------------------------------------------------------------
@@ -218,7 +236,10 @@ class RowConverter:
                     f"the at column {m.at!r} holds a naive timestamp ({at.isoformat()}) for key "
                     f"{key!r}; a due time must name an instant (timezone-aware)"
                 )
-        return Message(key, payload, at=at, update=self.update)
+        priority = record.get(m.priority) if m.priority is not None else None
+        group = record.get(m.group) if m.group is not None else None
+        return Message(key, payload, at=at, update=self.update,
+                       priority=0 if priority is None else priority, group=group)
 
     def messages(self, records: Iterable[dict[str, Any]]) -> list[Message]:
         return [self.message(r) for r in records]

@@ -8,9 +8,10 @@ write and stream
     (required), ``table`` (default ``delayed_queue``),
     ``key`` (default ``key``), ``payload`` (default ``payload``), ``at`` (default: the column
     ``at`` when the DataFrame has one, else every message is due now; ``""`` forces due now),
-    ``update`` (``true``/``false``, default ``false``), ``chunk_size`` (rows per commit,
-    default 2000), ``report_path`` (optional: the driver-side commit writes the counts there
-    as JSON; a stream appends one JSON line per micro-batch).
+    ``priority`` and ``group`` (optional integer and string columns), ``update``
+    (``true``/``false``, default ``false``), ``chunk_size`` (rows per commit, default 2000),
+    ``report_path`` (optional: the driver-side commit writes the counts there as JSON; a
+    stream appends one JSON line per micro-batch).
 
 read
     ``url``, ``password``, ``queue``, ``table`` as above; ``serializer`` (``json``, ``str``,
@@ -163,7 +164,9 @@ def write_config(options: Any, schema: T.StructType) -> WriteConfig:
     elif str(at) == "":
         at = None
     mapping = resolve_mapping(schema, key=str(options.get("key") or "key"),
-                              payload=str(options.get("payload") or "payload"), at=at)
+                              payload=str(options.get("payload") or "payload"), at=at,
+                              priority=options.get("priority") or None,
+                              group=options.get("group") or None)
     return WriteConfig(url=_url(options), queue=_required(options, "queue"),
                        table_name=_table(options), mapping=mapping,
                        update=_bool(options, "update", False),
@@ -229,7 +232,7 @@ class SqlDelayWriter(DataSourceArrowWriter):
         self.report_path = report_path
 
     def write(self, iterator: Iterator[Any]) -> CountsMessage:
-        columns = _columns(self.config)
+        columns = self.config.mapping.columns()
         return _message(offer_records(self.config, arrow_records(iterator, columns)))
 
     def commit(self, messages: list[Any]) -> None:
@@ -269,7 +272,7 @@ if DataSourceStreamArrowWriter is not None:
             self.report_path = report_path
 
         def write(self, iterator: Iterator[Any]) -> CountsMessage:
-            columns = _columns(self.config)
+            columns = self.config.mapping.columns()
             return _message(offer_records(self.config, arrow_records(iterator, columns)))
 
 
@@ -297,11 +300,6 @@ def _row_records(config: WriteConfig, rows: Iterator[Any]) -> Iterator[list[dict
             batch = []
     if batch:
         yield batch
-
-
-def _columns(config: WriteConfig) -> list[str]:
-    m = config.mapping
-    return [c for c in dict.fromkeys((m.key, m.payload, m.at)) if c is not None]
 
 
 # ---- reading the backlog --------------------------------------------------------------------
