@@ -201,8 +201,9 @@ QUEUE = _TableSpec("", "0001", (
     _Index("_kind_prio_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0004"),
     # the locked (in-flight) messages of a queue, counted for its concurrency cap
     _Index("_kind_lock_ix", ("pkind", "lock_uuid"), since="0004"),
-    # a group's messages
-    _Index("_kind_group_ix", ("pkind", "group_key"), since="0004"),
+    # a group's messages, in the group's order (claims take each group's first due one)
+    _Index("_kind_group_ix", ("pkind", "group_key", "priority DESC", "scheduled_at_initially",
+                              "id"), since="0004"),
 ))
 
 DEAD = _TableSpec("_dead", "0002", (

@@ -195,7 +195,10 @@ class AsyncWorker(WorkerBase):
             if until_idle:
                 if await self._wait_until_quiet():
                     return
-                self._rotation.wake()  # something fell due meanwhile: every queue again
+                # due, yet not claimable now (locked by another consumer, or a limit): a nap,
+                # then every queue again
+                await wait_event(self._wake, MIN_IDLE)
+                self._rotation.wake()
                 continue
             if not idle:
                 idle = True

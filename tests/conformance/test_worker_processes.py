@@ -72,11 +72,12 @@ def lines(out: Path) -> list[str]:
 
 
 def worker_process(url: str, table: str, queue: str, handler: str, out: Path,
-                   *extra: str) -> subprocess.Popen:
+                   *extra: str, handlers: str = HANDLERS) -> subprocess.Popen:
+    """``sqldelay worker handlers:handler`` in a process of its own, writing to ``out.<pid>``."""
     script = Path(sys.executable).with_name("sqldelay")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "sqldelay.cli"]
     return subprocess.Popen(
-        [*command, "worker", f"{HANDLERS}:{handler}", "--url", url, "--table", table,
+        [*command, "worker", f"{handlers}:{handler}", "--url", url, "--table", table,
          "--queue", queue, *extra],
         cwd=ROOT, env={**os.environ, "SQLDELAY_TEST_OUT": str(out)})
 

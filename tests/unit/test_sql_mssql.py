@@ -54,7 +54,8 @@ def test_schema_ddl(dao):
         "priority INTEGER NOT NULL DEFAULT 0, "
         "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )",
         "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
-        "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key)",
+        "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key, priority DESC, "
+        "scheduled_at_initially, id)",
         "CREATE UNIQUE INDEX dq_kind_key_uq ON dq (pkind, pkey)",
         "CREATE INDEX dq_kind_lock_ix ON dq (pkind, lock_uuid)",
         "CREATE INDEX dq_kind_prio_ix ON dq (pkind, priority DESC, scheduled_at, id)",

@@ -52,7 +52,8 @@ def test_schema_ddl(dao):
         "created_at NUMBER(19) NOT NULL, deliveries INTEGER NOT NULL, "
         "priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR2(200 CHAR), PRIMARY KEY (id) )",
         "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
-        "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key)",
+        "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key, priority DESC, "
+        "scheduled_at_initially, id)",
         "CREATE UNIQUE INDEX dq_kind_key_uq ON dq (pkind, pkey)",
         "CREATE INDEX dq_kind_lock_ix ON dq (pkind, lock_uuid)",
         "CREATE INDEX dq_kind_prio_ix ON dq (pkind, priority DESC, scheduled_at, id)",

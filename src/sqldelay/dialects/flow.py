@@ -173,7 +173,7 @@ class FlowControl:
     def _claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                        lock: str, until_ms: int) -> list:
         t, g = self.table, self.groups
-        # 1. the first due message of each free group, in claim order, read without locks
+        # 1. free groups with due messages, in claim order, read without locks
         heads: dict[str, int] = {}
         for row in conn.execute(
                 sa.select(t.c.id, t.c.group_key)
@@ -192,13 +192,13 @@ class FlowControl:
                 sa.select(g.c.group_key).where(g.c.pkind == pkind,
                                                g.c.group_key.in_(names), free)
                 .order_by(g.c.group_key), g, skip=True))]
-            # 3. their heads, locked; still due (a head released into the future meanwhile
-            # leaves its group for the next claim)
+            # 3. the first due message of each group won, now that no other claim can touch
+            # the group, in the group's own order: priority, then the due time the producer
+            # asked for (a redelivery or a release keeps its place), locked
             if won:
                 grouped = conn.execute(self.lock_rows(
-                    sa.select(*self._claim_columns)
-                    .where(t.c.id.in_([heads[n] for n in won]), t.c.scheduled_at <= now_ms),
-                    t, skip=False)).fetchall()
+                    sa.select(*self._claim_columns).where(t.c.id.in_(
+                        self._group_heads(pkind, won, now_ms))), t, skip=False)).fetchall()
         # 4. messages without a group, as the plain claim takes them
         plain = self.pick_due(conn, pkind, now_ms, limit, ("ungrouped",))
         chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
@@ -208,6 +208,18 @@ class FlowControl:
             conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key.in_(part))
                          .values(claimed_until=until_ms, lock_uuid=lock))
         return [self.claimed_row(r) for r in chosen]
+
+    def _group_heads(self, pkind: str, groups: Sequence[str], now_ms: int) -> sa.Select:
+        """The id of the first due message of each of ``groups``, in group order."""
+        t = self.table
+        rank = sa.func.row_number().over(
+            partition_by=t.c.group_key,
+            order_by=(t.c.priority.desc(), t.c.scheduled_at_initially, t.c.id)).label("place")
+        ranked = (sa.select(t.c.id, rank)
+                  .where(t.c.pkind == pkind, t.c.group_key.in_(groups),
+                         t.c.scheduled_at <= now_ms)
+                  .subquery("ranked"))
+        return sa.select(ranked.c.id).where(ranked.c.place == 1)
 
     # ---- groups after the claim: freed, extended, dropped when empty ----------------------
 

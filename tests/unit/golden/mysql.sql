@@ -5,7 +5,7 @@ CREATE TABLE delayed_queue ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(10
 CREATE INDEX delayed_queue_kind_due_ix ON delayed_queue (pkind, scheduled_at, id);
 
 -- ddl 2
-CREATE INDEX delayed_queue_kind_group_ix ON delayed_queue (pkind, group_key);
+CREATE INDEX delayed_queue_kind_group_ix ON delayed_queue (pkind, group_key, priority DESC, scheduled_at_initially, id);
 
 -- ddl 3
 CREATE UNIQUE INDEX delayed_queue_kind_key_uq ON delayed_queue (pkind, pkey);
@@ -35,7 +35,7 @@ SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_ini
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0);
 
 -- offer 2
-INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_m0, :pkey_m0, :payload_m0, :scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, :deliveries_m0, :priority_m0, :group_key_m0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = :param_1, created_at = VALUES(created_at), deliveries = :param_2;
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_m0, :pkey_m0, :payload_m0, :scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, :deliveries_m0, :priority_m0, :group_key_m0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = :param_1, created_at = VALUES(created_at), deliveries = :param_2, priority = VALUES(priority), group_key = VALUES(group_key);
 
 -- claim 0
 SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
@@ -65,27 +65,24 @@ SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind
 SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT * FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1;
 
 -- controlled claim 5
-SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
+INSERT IGNORE INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
 
 -- controlled claim 6
-INSERT INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
-
--- controlled claim 7
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
 
--- controlled claim 8
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.id IN (:id_1_1) AND delayed_queue.scheduled_at <= :scheduled_at_1 FOR UPDATE;
+-- controlled claim 7
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.id IN (SELECT ranked.id FROM (SELECT delayed_queue.id AS id, row_number() OVER (PARTITION BY delayed_queue.group_key ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id) AS place FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.group_key IN (:group_key_1_1) AND delayed_queue.scheduled_at <= :scheduled_at_1) AS ranked WHERE ranked.place = :place_1) FOR UPDATE;
 
--- controlled claim 9
+-- controlled claim 8
 SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
 
--- controlled claim 10
+-- controlled claim 9
 UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
 
--- controlled claim 11
+-- controlled claim 10
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
 
--- controlled claim 12
+-- controlled claim 11
 UPDATE delayed_queue_settings SET tokens_milli=:tokens_milli, refilled_at=:refilled_at WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- free groups 0
@@ -98,12 +95,9 @@ DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key = :group_key_1 AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
 
 -- settings 0
-SELECT delayed_queue_settings.pkind FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
+INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
 
 -- settings 1
-INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind);
-
--- settings 2
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- release

@@ -5,7 +5,7 @@ CREATE TABLE delayed_queue ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, p
 CREATE INDEX delayed_queue_kind_due_ix ON delayed_queue (pkind, scheduled_at, id);
 
 -- ddl 2
-CREATE INDEX delayed_queue_kind_group_ix ON delayed_queue (pkind, group_key);
+CREATE INDEX delayed_queue_kind_group_ix ON delayed_queue (pkind, group_key, priority DESC, scheduled_at_initially, id);
 
 -- ddl 3
 CREATE UNIQUE INDEX delayed_queue_kind_key_uq ON delayed_queue (pkind, pkey);
@@ -74,7 +74,7 @@ INSERT INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1) ORDER BY delayed_queue_groups.group_key;
 
 -- controlled claim 8
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.id IN (:id_1_1) AND delayed_queue.scheduled_at <= :scheduled_at_1;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.id IN (SELECT ranked.id FROM (SELECT delayed_queue.id AS id, row_number() OVER (PARTITION BY delayed_queue.group_key ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id) AS place FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.group_key IN (:group_key_1_1) AND delayed_queue.scheduled_at <= :scheduled_at_1) AS ranked WHERE ranked.place = :place_1);
 
 -- controlled claim 9
 SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 OFFSET :param_2;

@@ -1,0 +1,278 @@
+"""Flow control on every target: priorities, groups, pause, the concurrency cap and the rate
+limit, each as a consumer sees it. The processes and timings that prove them under load are
+in test_flow_control_load.py."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from sqldelay import InvalidArgumentError, Message, OfferOutcome, RetryPolicy, SystemClock
+
+from .test_worker import in_thread, wait_for
+
+S = timedelta(seconds=1)
+
+
+# ---- priorities -----------------------------------------------------------------------------
+
+def test_higher_priority_first_among_due_messages_then_due_order(queue, clock):
+    now = clock.now()
+    queue.offer_many([
+        Message("news-1", 1, now - 3 * S), Message("news-2", 2, now - 2 * S),
+        Message("reset", 3, now - 1 * S, priority=10),
+        Message("alert-late", 4, now, priority=10), Message("low", 5, now - 9 * S, priority=-1),
+        Message("urgent-tomorrow", 6, now + 86_400 * S, priority=100),  # never claimed early
+    ])
+    got = queue.poll_many(10)
+    assert [e.key for e in got] == ["reset", "alert-late", "news-1", "news-2", "low"]
+    assert [e.priority for e in got] == [10, 10, 0, 0, -1]
+    assert queue.poll() is None
+
+
+def test_an_update_may_change_the_priority(queue, clock):
+    now = clock.now()
+    queue.offer_many([Message("a", 1, now - S), Message("b", 2, now)])
+    assert queue.offer("b", 2, now) is OfferOutcome.IGNORED
+    assert queue.offer("b", 2, now, priority=5) is OfferOutcome.UPDATED
+    assert queue.get("b").priority == 5
+    assert [e.key for e in queue.poll_many(2)] == ["b", "a"]
+
+
+@pytest.mark.parametrize("priority", [1.5, "1", True, 2**31, -(2**31) - 1])
+def test_bad_priorities_are_refused_before_anything_is_written(queue, priority):
+    with pytest.raises(InvalidArgumentError, match="priority"):
+        queue.offer_many([Message("a", 1), Message("b", 1, priority=priority)])
+    assert not queue.contains("a")
+
+
+@pytest.mark.parametrize("group, problem", [("", "empty"), ("g" * 201, "201 characters"),
+                                            ("a\x00b", "NUL"), (7, "must be a str")])
+def test_bad_groups_are_refused_before_anything_is_written(queue, group, problem):
+    with pytest.raises(InvalidArgumentError, match=problem):
+        queue.offer_many([Message("a", 1), Message("b", 1, group=group)])
+    assert not queue.contains("a")
+
+
+# ---- groups ------------------------------------------------------------------------------
+
+def test_one_message_per_group_in_flight_taken_in_order(make_queue, clock):
+    queue = make_queue(acquire_timeout=30 * S)
+    now = clock.now()
+    queue.offer_many(
+        [Message(f"o7-{i}", i, now - (10 - i) * S, group="order:7") for i in range(3)]
+        + [Message(f"o8-{i}", i, now - (10 - i) * S, group="order:8") for i in range(2)]
+        + [Message("loose", 0, now)])
+    first = queue.poll_many(10)  # at most one per group, each group's first
+    assert sorted(e.key for e in first) == ["loose", "o7-0", "o8-0"]
+    assert {e.group for e in first} == {"order:7", "order:8", None}
+    assert queue.poll_many(10) == []  # both groups in flight
+    by_key = {e.key: e for e in first}
+    assert by_key["o7-0"].ack() is True  # acked: the group's next goes
+    assert [e.key for e in queue.poll_many(10)] == ["o7-1"]
+    assert by_key["o8-0"].release() is True  # released: due now again, and first again
+    assert [e.key for e in queue.poll_many(10)] == ["o8-0"]
+
+
+def test_a_group_whose_holder_vanished_resumes_when_the_lock_expires(make_queue, clock):
+    queue = make_queue(acquire_timeout=30 * S)
+    queue.offer_many([Message(f"k{i}", i, clock.now() - (5 - i) * S, group="g") for i in range(2)])
+    held = queue.poll()
+    assert held.key == "k0" and queue.poll() is None
+    clock.advance(31 * S)  # the holder never acked: its lock, and the group's, expire
+    again = queue.poll()
+    assert (again.key, again.attempt) == ("k0", 2)  # the same message first, redelivered
+    assert held.ack() is False and again.ack() is True
+    assert queue.poll().key == "k1"
+
+
+def test_extending_a_grouped_message_keeps_its_group(make_queue, clock):
+    queue = make_queue(acquire_timeout=10 * S)
+    queue.offer_many([Message(f"k{i}", i, clock.now() - (5 - i) * S, group="g") for i in range(2)])
+    env = queue.poll()
+    clock.advance(8 * S)
+    assert env.extend(10 * S) is True
+    clock.advance(8 * S)  # past the first expiry, within the extension
+    assert queue.poll() is None
+    assert env.ack() is True and queue.poll().key == "k1"
+
+
+def test_a_dead_letter_frees_its_group(make_queue, front, clock):
+    queue = make_queue()
+    queue.offer_many([Message(f"k{i}", i, clock.now() - (5 - i) * S, group="g") for i in range(2)])
+    handled = []
+
+    def handler(envelope):
+        handled.append(envelope.key)
+        if envelope.key == "k0":
+            raise RuntimeError("give up")
+
+    front.worker(queue, handler, retry=RetryPolicy.fixed(S, max_attempts=1),
+                 listeners=[]).drain()
+    assert handled == ["k0", "k1"]
+    [dead] = front.dead_letters(queue).list(queue.name)
+    assert (dead.key, dead.group) == ("k0", "g")
+    assert front.dead_letters(queue).requeue([dead.id]) == 1
+    back = queue.get("k0")
+    assert back.group == "g" and queue.poll().key == "k0"
+
+
+# ---- pause, caps, rate limits --------------------------------------------------------------
+
+def test_pause_stops_claims_at_once_and_resume_restarts_them(make_queue, clock):
+    queue = make_queue()
+    queue.offer("before", 1)
+    queue.pause()
+    assert queue.flow_control().paused
+    assert queue.offer("during", 2) is OfferOutcome.CREATED  # offers still land
+    assert queue.poll_many(10) == []
+    other = make_queue()  # another queue of the table is not paused
+    other.offer("x", 1)
+    assert other.poll().key == "x"
+    queue.resume()
+    assert sorted(e.key for e in queue.poll_many(10)) == ["before", "during"]
+
+
+def test_pause_reaches_a_running_worker_at_its_next_claim(make_queue, front):
+    queue = make_queue(clock=SystemClock())
+    handled = []
+    got = threading.Event()
+
+    def handler(envelope):
+        handled.append(envelope.key)
+        got.set()
+
+    worker = front.worker(queue, handler, idle_poll=timedelta(milliseconds=50), wake_ups=False,
+                          listeners=[])
+    thread = in_thread(worker.run)
+    try:
+        queue.offer("first", 1)
+        assert got.wait(20)
+        queue.pause()
+        got.clear()
+        queue.offer("while-paused", 2)
+        for _ in range(5):  # a few idle polls of the worker, none of which may claim it
+            assert not got.wait(0.1)
+        assert handled == ["first"] and queue.get("while-paused").deliveries == 0
+        queue.resume()
+        assert got.wait(20)
+    finally:
+        worker.stop()
+        thread.join(20)
+    assert handled == ["first", "while-paused"]
+
+
+def test_the_concurrency_cap_counts_every_consumer(make_queue, clock):
+    queue, other = make_queue(), None
+    other = make_queue(queue.name)  # a second consumer of the same queue
+    queue.offer_many([Message(f"k{i}", i) for i in range(10)])
+    queue.set_concurrency_limit(3)
+    assert queue.flow_control().concurrency_limit == 3
+    first = queue.poll_many(2)
+    assert len(first) == 2 and len(other.poll_many(10)) == 1  # 3 in flight in all
+    assert queue.poll_many(10) == []
+    assert first[0].ack()
+    assert len(other.poll_many(10)) == 1
+    queue.set_concurrency_limit(None)
+    assert len(queue.poll_many(10)) == 6
+
+
+def test_the_rate_limit_is_a_token_bucket_spent_by_every_consumer(make_queue, clock):
+    queue = make_queue()
+    other = make_queue(queue.name)
+    queue.offer_many([Message(f"k{i}", i) for i in range(50)])
+    queue.set_rate_limit(5, per=S)  # a bucket of 5, refilled at 5 a second
+    control = queue.flow_control()
+    assert (control.rate_limit, control.rate_period) == (5, S)
+    assert len(queue.poll_many(3)) == 3 and len(other.poll_many(10)) == 2
+    assert queue.poll_many(10) == []  # empty until the clock moves
+    clock.advance(S / 5)  # one token back
+    assert len(other.poll_many(10)) == 1
+    clock.advance(10 * S)  # refilled, but never beyond the burst
+    assert len(queue.poll_many(10)) == 5
+    queue.set_rate_limit(None)
+    assert len(queue.poll_many(100)) == 50 - 11
+
+
+@pytest.mark.parametrize("call", [
+    lambda q: q.set_rate_limit(0), lambda q: q.set_rate_limit(5, per=timedelta(0)),
+    lambda q: q.set_rate_limit(1.5), lambda q: q.set_concurrency_limit(0),
+    lambda q: q.set_concurrency_limit(-1)])
+def test_bad_limits_are_refused(queue, call):
+    with pytest.raises(InvalidArgumentError):
+        call(queue)
+
+
+# ---- a worker over several queues ---------------------------------------------------------
+
+def test_a_worker_claims_from_its_queues_in_turn_within_each_cap(make_queue, front):
+    busy, quiet = make_queue(), make_queue()
+    busy.offer_many([Message(f"b{i}", i) for i in range(40)])
+    quiet.offer_many([Message(f"q{i}", i) for i in range(4)])
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def handler(envelope):
+        with lock:
+            order.append(envelope.queue.name)
+
+    worker = front.worker({"busy": busy, "quiet": quiet}, handler, concurrency=1, batch_size=2,
+                          listeners=[])
+    assert worker.drain() == 44
+    # in turn: the quiet queue's 4 are done within its first turns, not after the 40
+    assert order[:8].count(quiet.name) == 4
+    with pytest.raises(InvalidArgumentError, match="not one of the worker's queues"):
+        front.worker({"busy": busy}, handler, limits={"other": 1})
+
+
+def test_a_worker_cap_holds_one_queue_to_n_at_once(make_queue, front):
+    capped, free = make_queue(clock=SystemClock()), make_queue(clock=SystemClock())
+    capped.offer_many([Message(f"c{i}", i) for i in range(12)])
+    free.offer_many([Message(f"f{i}", i) for i in range(12)])
+    running = {"capped": 0, "free": 0}
+    most = {"capped": 0, "free": 0}
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def handler(envelope):
+        name = "capped" if envelope.queue.name == capped.name else "free"
+        with lock:
+            running[name] += 1
+            most[name] = max(most[name], running[name])
+        release.wait(0.05)
+        with lock:
+            running[name] -= 1
+
+    worker = front.worker({"capped": capped, "free": free}, handler, concurrency=6,
+                          batch_size=6, limits={"capped": 2}, listeners=[])
+    assert worker.drain() == 24
+    assert most["capped"] <= 2 and most["free"] >= 3
+
+
+def test_a_grouped_queue_under_a_worker_handles_each_group_in_order(make_queue, front):
+    queue = make_queue(clock=SystemClock())
+    now = queue.clock.now()
+    queue.offer_many([Message(f"g{g}-{i}", [g, i], now - timedelta(seconds=100 - i), group=f"g{g}")
+                      for g in range(5) for i in range(6)])
+    seen: dict[int, list[int]] = {g: [] for g in range(5)}
+    active: set[int] = set()
+    overlaps = []
+    lock = threading.Lock()
+
+    def handler(envelope):
+        g, i = envelope.payload
+        with lock:
+            if g in active:
+                overlaps.append(envelope.key)
+            active.add(g)
+        threading.Event().wait(0.005)
+        with lock:
+            active.discard(g)
+            seen[g].append(i)
+
+    assert front.worker(queue, handler, concurrency=4, batch_size=4,
+                        listeners=[]).drain() == 30
+    wait_for(lambda: queue.stats().due == 0, what="the last acks")
+    assert overlaps == [] and all(seen[g] == list(range(6)) for g in seen)
