@@ -25,7 +25,8 @@ def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, tmp_path,
     result = json.loads((tmp_path / f"results-{dialect}.json").read_text())
     figures = result["figures"]
     ours = {f["scenario"] for f in figures if f["subject"].startswith("sqldelay")}
-    assert ours >= set(SCENARIOS) - OPTIONAL - {"peers", "async_peers"}
+    assert ours >= set(SCENARIOS) - OPTIONAL - {"peers", "async_peers", "async_overhead"}
+    assert any(f["scenario"] == "async_overhead" and f["value"] for f in figures)
     assert {"peers_enqueue", "peers_process"} <= ours
     assert all(f["value"] is not None for f in figures if f["subject"].startswith("sqldelay"))
     # the asyncio front end beside the blocking one, through every async driver

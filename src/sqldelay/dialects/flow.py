@@ -166,9 +166,9 @@ class FlowControl:
 
     def _in_flight(self, conn: sa.Connection, pkind: str, now_ms: int) -> int:
         t = self.table
-        return int(conn.execute(sa.select(sa.func.count()).where(
+        return int(conn.execute(self.current_read(sa.select(sa.func.count()).where(
             t.c.pkind == pkind, t.c.lock_uuid.is_not(None),
-            t.c.scheduled_at > now_ms)).scalar())
+            t.c.scheduled_at > now_ms))).scalar())
 
     def _claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                        lock: str, until_ms: int) -> list:
@@ -243,6 +243,13 @@ class FlowControl:
                                         g.c.lock_uuid == lock).values(claimed_until=until_ms))
 
     # ---- per-database hooks -----------------------------------------------------------------
+
+    def current_read(self, stmt: sa.Select) -> sa.Select:
+        """``stmt`` reading what is committed now, not an earlier snapshot of the
+        transaction (the in-flight count after waiting for the settings lock). Plain reads do
+        at READ COMMITTED, where PostgreSQL, SQL Server and Oracle run sqldelay's claims;
+        SQLite has one writer."""
+        return stmt
 
     def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:
         """``stmt`` locking the rows it reads from ``table`` (passing over locked ones when

@@ -72,6 +72,13 @@ class MySQLQueueDao(QueueDao):
         conn.execute(sa.insert(table).prefix_with("IGNORE"),
                      [{"pkind": pkind, **r} for r in rows])
 
+    def current_read(self, stmt: sa.Select) -> sa.Select:
+        # Claims run at InnoDB's REPEATABLE READ, where a plain read sees the snapshot the
+        # transaction's first plain read took: counting in-flight messages after waiting for
+        # another claim's settings lock would miss what that claim took (the cap overrun).
+        # A locking read (shared) reads what is committed now.
+        return stmt.with_for_update(read=True)
+
     def payload_budget(self, conn: sa.Connection) -> PayloadBudget:
         # A statement larger than max_allowed_packet makes the server drop the connection
         # ("MySQL server has gone away", naming nothing), and measured on MariaDB 10.11 the

@@ -59,7 +59,7 @@ SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed
 SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1 FOR UPDATE;
 
 -- controlled claim 3
-SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.lock_uuid IS NOT NULL AND delayed_queue.scheduled_at > :scheduled_at_1;
+SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.lock_uuid IS NOT NULL AND delayed_queue.scheduled_at > :scheduled_at_1 LOCK IN SHARE MODE;
 
 -- controlled claim 4
 SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT * FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1;
