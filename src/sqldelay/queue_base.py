@@ -261,7 +261,13 @@ class QueueBase:
     # ---- flow control ----------------------------------------------------------------------
 
     def settings_op(self, **values: Any) -> Op:
-        return lambda conn: self.dao.write_settings(conn, self.pkind, **values)
+        """Write the queue's settings; listening workers claim again at once (a resume, a
+        limit raised or lifted lets them take more)."""
+        def op(conn: sa.Connection) -> None:
+            self.dao.write_settings(conn, self.pkind, **values)
+            self.dao.wake_listeners(conn, self.pkind)
+
+        return op
 
     def rate_limit_op(self, limit: int | None, per: timedelta) -> Op:
         """At most ``limit`` claims per ``per`` across every consumer (a token bucket holding

@@ -71,6 +71,7 @@ class Worker(WorkerBase):
         self._stop = Event()
         self._abandon = Event()  # the grace period is over: give up on the database
         self._wake = Event()
+        self._starved = False  # the last claim came back empty
         # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
         # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
         # many handlers as it brings messages, and a handler going idle wakes no other handler
@@ -180,6 +181,9 @@ class Worker(WorkerBase):
             if self._stop.is_set():
                 return
             self._wake.clear()  # before the poll: a wake-up after it is not lost
+            # after an empty claim, the acks go first: they may free a group or a cap slot
+            if self._starved and not self._patiently(self._flush_acks):
+                return
             batch = self._claim_next()
             if batch is None:
                 return
@@ -192,6 +196,7 @@ class Worker(WorkerBase):
             # the acks of the batch before go out while the handlers work on this one
             if not self._patiently(self._flush_acks):
                 return
+            self._starved = not batch
             if batch:
                 continue
             if until_idle:
@@ -264,6 +269,10 @@ class Worker(WorkerBase):
                     # only an empty buffer concerns the waiters (the fetcher refills it, drain
                     # and shutdown wait for the running set): waking them per message is costly
                     self._state.notify_all()
+            if self._starved:
+                # the last claim found due messages it could not take: this one's end may
+                # free its group or a slot under a cap
+                self._wake.set()
 
     def _process(self, envelope: Envelope) -> bool:
         self._events.emit("started", envelope)
@@ -429,9 +438,14 @@ class Worker(WorkerBase):
         timeout = self.idle_poll.total_seconds()
         for queue in self.queues.values():
             due = self._patiently(queue.next_due)
-            if due is not None:
-                until_due = (due - queue.clock.now()).total_seconds()
-                timeout = min(timeout, max(until_due, MIN_IDLE))
+            if due is None:
+                continue
+            until_due = (due - queue.clock.now()).total_seconds()
+            if until_due <= 0:
+                control = self._patiently(queue.flow_control)
+                if control is not None and control.paused:
+                    continue  # a resume wakes listening workers; others look after idle_poll
+            timeout = min(timeout, max(until_due, MIN_IDLE))
         wait_event(self._wake, timeout)
         self._rotation.wake()
 

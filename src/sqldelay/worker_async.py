@@ -69,6 +69,7 @@ class AsyncWorker(WorkerBase):
         self._stop = Event()
         self._abandon = Event()  # the grace period is over: give up on the database
         self._wake = Event()
+        self._starved = False  # the last claim came back empty
         # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
         # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
         # many handlers as it brings messages, and a handler going idle wakes no other handler
@@ -178,6 +179,9 @@ class AsyncWorker(WorkerBase):
             if self._stop.is_set():
                 return
             self._wake.clear()  # before the poll: a wake-up after it is not lost
+            # after an empty claim, the acks go first: they may free a group or a cap slot
+            if self._starved and not await self._patiently(self._flush_acks):
+                return
             batch = await self._claim_next()
             if batch is None:
                 return
@@ -190,6 +194,7 @@ class AsyncWorker(WorkerBase):
             # the acks of the batch before go out while the handlers work on this one
             if not await self._patiently(self._flush_acks):
                 return
+            self._starved = not batch
             if batch:
                 continue
             if until_idle:
@@ -262,6 +267,10 @@ class AsyncWorker(WorkerBase):
                     # only an empty buffer concerns the waiters (the fetcher refills it, drain
                     # and shutdown wait for the running set): waking them per message is costly
                     self._state.notify_all()
+            if self._starved:
+                # the last claim found due messages it could not take: this one's end may
+                # free its group or a slot under a cap
+                self._wake.set()
 
     async def _process(self, envelope: Envelope) -> bool:
         self._events.emit("started", envelope)
@@ -427,9 +436,14 @@ class AsyncWorker(WorkerBase):
         timeout = self.idle_poll.total_seconds()
         for queue in self.queues.values():
             due = await self._patiently(queue.next_due)
-            if due is not None:
-                until_due = (due - queue.clock.now()).total_seconds()
-                timeout = min(timeout, max(until_due, MIN_IDLE))
+            if due is None:
+                continue
+            until_due = (due - queue.clock.now()).total_seconds()
+            if until_due <= 0:
+                control = await self._patiently(queue.flow_control)
+                if control is not None and control.paused:
+                    continue  # a resume wakes listening workers; others look after idle_poll
+            timeout = min(timeout, max(until_due, MIN_IDLE))
         await wait_event(self._wake, timeout)
         self._rotation.wake()
 

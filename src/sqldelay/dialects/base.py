@@ -187,6 +187,10 @@ class QueueDao(FlowControl):
         """``listen`` for the asyncio front end (``engine`` an AsyncEngine)."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
+    def wake_listeners(self, conn: sa.Connection, pkind: str) -> None:
+        """Tell listening workers of ``pkind`` to claim now (sent when the transaction
+        commits); nothing where there are no notifications."""
+
     @classmethod
     def check_key(cls, key: str) -> None:
         """Refuse a key this database cannot store or tell apart from another (before any I/O)."""

@@ -210,16 +210,15 @@ class FlowControl:
         return [self.claimed_row(r) for r in chosen]
 
     def _group_heads(self, pkind: str, groups: Sequence[str], now_ms: int) -> sa.Select:
-        """The id of the first due message of each of ``groups``, in group order."""
-        t = self.table
-        rank = sa.func.row_number().over(
-            partition_by=t.c.group_key,
-            order_by=(t.c.priority.desc(), t.c.scheduled_at_initially, t.c.id)).label("place")
-        ranked = (sa.select(t.c.id, rank)
-                  .where(t.c.pkind == pkind, t.c.group_key.in_(groups),
-                         t.c.scheduled_at <= now_ms)
-                  .subquery("ranked"))
-        return sa.select(ranked.c.id).where(ranked.c.place == 1)
+        """The id of the first due message of each of ``groups``, in the group's order: one
+        walk of the group index per group, however many messages wait behind the head."""
+        t, g = self.table, self.groups
+        head = (sa.select(t.c.id)
+                .where(t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key,
+                       t.c.scheduled_at <= now_ms)
+                .order_by(t.c.priority.desc(), t.c.scheduled_at_initially, t.c.id)
+                .limit(1).correlate(g).scalar_subquery())
+        return sa.select(head).where(g.c.pkind == pkind, g.c.group_key.in_(groups))
 
     # ---- groups after the claim: freed, extended, dropped when empty ----------------------
 

@@ -152,6 +152,9 @@ class PostgresQueueDao(QueueDao):
     def channel(self) -> str:
         return f"sqldelay_{self.table.name}"
 
+    def wake_listeners(self, conn: sa.Connection, pkind: str) -> None:
+        conn.execute(sa.select(sa.func.pg_notify(self.channel, pkind)))
+
     def listen(self, engine: sa.Engine, pkinds: Collection[str], on_wake: Callable[[], None],
                stop: threading.Event) -> None:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
