@@ -9,7 +9,14 @@ from datetime import timedelta
 
 import pytest
 
-from sqldelay import InvalidArgumentError, Message, OfferOutcome, RetryPolicy, SystemClock
+from sqldelay import (
+    InvalidArgumentError,
+    Message,
+    OfferOutcome,
+    RetryPolicy,
+    SystemClock,
+    WorkerListener,
+)
 
 from .test_worker import in_thread, wait_for
 
@@ -162,6 +169,36 @@ def test_pause_reaches_a_running_worker_at_its_next_claim(make_queue, front):
         worker.stop()
         thread.join(20)
     assert handled == ["first", "while-paused"]
+
+
+def test_resume_wakes_a_listening_worker(make_queue, front):
+    queue = make_queue(clock=SystemClock())
+    if not queue.dao.notifications:
+        pytest.skip(f"{queue.dao.name} has no notifications (workers see a resume at idle_poll)")
+    got = threading.Event()
+    ready = threading.Event()
+    queue.pause()
+    queue.offer("waiting", 1)
+    # idle for five minutes: only the resume's notification can bring the message in time
+    worker = front.worker(queue, lambda envelope: got.set(), idle_poll=timedelta(minutes=5),
+                          listeners=[IdleSignal(ready)])
+    thread = in_thread(worker.run)
+    try:
+        assert ready.wait(20)
+        assert not got.is_set()
+        queue.resume()
+        assert got.wait(20), "a resume did not wake a worker sleeping for 5 minutes"
+    finally:
+        worker.stop()
+        thread.join(20)
+
+
+class IdleSignal(WorkerListener):
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def idle(self) -> None:
+        self.event.set()
 
 
 def test_the_concurrency_cap_counts_every_consumer(make_queue, clock):
