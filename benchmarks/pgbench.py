@@ -71,10 +71,12 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
         "payloads": f"(SELECT array_agg(decode('{_payload_bytes().hex()}', 'hex')) "
                     f"FROM generate_series(1, {batch}))",
         "ats": f"(SELECT array_agg(:b_now::bigint) FROM generate_series(1, {batch}))",
+        "priorities": f"(SELECT array_agg(0) FROM generate_series(1, {batch}))",
+        "groups": f"(SELECT array_agg(NULL::text) FROM generate_series(1, {batch}))",
     }
     for name, expr in arrays.items():
         offer = re.sub(rf":{name}(::[\w\[\]]+)?", lambda _m, e=expr: e, offer)
-    claim = (f"WITH c AS ({compile_sql(dao._claim, constants)}) "
+    claim = (f"WITH c AS ({compile_sql(dao._claim_statement(('guard',)), constants)}) "
              "SELECT coalesce(array_agg(c.id), '{}') AS ids, coalesce(min(c.id), 0) AS id FROM c")
     if batch == 1:
         ack = compile_sql(dao._ack, constants)

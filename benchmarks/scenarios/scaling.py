@@ -13,7 +13,7 @@ import statistics
 import time
 
 from ..harness import OURS, Bench, drain, fill, run_threads
-from ..plans import claim_plan
+from ..plans import analyze, claim_index, claim_plan
 
 
 def backlog(bench: Bench) -> None:
@@ -30,8 +30,10 @@ def backlog(bench: Bench) -> None:
             env = queue.poll()
             costs.append(time.perf_counter() - began)
             queue.ack(env)
-        plan, uses_index = claim_plan(queue, 1)
-        plans[size] = {"uses_index": uses_index, "plan": plan}
+        analyze(bench.engine, queue.dao.table)
+        plan = claim_plan(queue, 1)
+        plans[size] = {"uses_index": plan and plan.walks(claim_index(queue)),
+                       "plan": plan and plan.text}
         points.append([size, statistics.median(costs) * 1000])
     first, last = points[0][1], points[-1][1]
     params = {"probe_polls": bench.sizes.probe_polls, "axes": ("due backlog", "ms per poll"),

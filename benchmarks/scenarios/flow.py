@@ -1,0 +1,179 @@
+"""What flow control costs, and that its claims stay index reads.
+
+flow_drain: ``messages`` due messages drained by ``consumers`` threads with poll_many(batch) +
+ack_many, four ways, in alternating rounds (medians, with min and max): plain; with
+priorities (ten levels); in 1,000 groups (so each claim takes the group-aware path); and with
+a rate limit that is never reached (so each claim takes the limited path: settings locked,
+bucket charged). The C-client ceiling of the plain claim runs in the same scenario.
+flow_fairness: one Worker over a flooded queue (``fairness_flood`` due) and a quiet one with a
+message falling due every 0.1 s for 5 s: the quiet messages' lag from due time to handler,
+p50/p99, and how many of them were handled while the flood was still draining (tests assert
+fairness loosely; this reports it).
+flow_serial: one serial group drained by a Worker, beside the same messages without a group.
+flow_plans: the database's plans for the claim's reads at the smallest and largest backlog
+(``backlogs``, 1e3 and 1e6 due): the claim of a queue with priorities, and the group-aware
+claim's reads of the group heads and of the ungrouped messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from sqldelay import Message, SystemClock, Worker, WorkerListener
+
+from .. import references
+from ..harness import OURS, PAYLOAD, Bench, alternate, drain, fill, percentile, run_threads, spread
+from ..plans import READS_PLANS, analyze, claim_index, claim_plan, due_statement, explain
+
+RATE = "messages/s"
+ROUNDS = 3
+QUIET = 50  # quiet messages, one due every 0.1 s
+VARIANTS = ("plain", "priorities", "groups of 20", "unreached rate limit")
+
+
+def flow_drain(bench: Bench) -> None:
+    n = bench.sizes.messages
+
+    def measure(variant: str) -> float:
+        queue = bench.queue(f"flow_{variant.split()[0]}")
+        due = datetime.now(UTC) - timedelta(seconds=1)
+        for lo in range(0, n, 5000):
+            queue.offer_many([
+                Message(f"m{i}", PAYLOAD, due, priority=i % 10 if variant == "priorities" else 0,
+                        group=f"g{i % 1000}" if variant.startswith("groups") else None)
+                for i in range(lo, min(lo + 5000, n))])
+        if variant == "unreached rate limit":
+            queue.set_rate_limit(1_000_000_000)
+        elapsed = run_threads(bench.consumers, drain(queue, bench.batch))
+        left = queue.stats().due
+        queue.clear()
+        return (n - left) / elapsed
+
+    runs = alternate(ROUNDS, {v: (lambda v=v: measure(v)) for v in VARIANTS})
+    plain = spread(runs["plain"])["median"]
+    for variant, values in runs.items():
+        stats = spread(values)
+        subject = OURS if variant == "plain" else f"{OURS} {variant}"
+        bench.add("flow_drain", subject, RATE, stats["median"],
+                  params={"messages": n, "batch": bench.batch, "clients": bench.consumers,
+                          "cost_vs_plain": 1 - stats["median"] / plain, **stats})
+    references.drain(bench, "flow_drain", batch=bench.batch, clients=bench.consumers,
+                     messages=n)
+
+
+def flow_fairness(bench: Bench) -> None:
+    flooded, quiet = bench.queue("fair_flooded"), bench.queue("fair_quiet")
+    flood = bench.sizes.fairness_flood
+    fill(flooded, flood, prefix="a")
+    start = SystemClock().now()
+    quiet.offer_many([Message(f"b{i}", PAYLOAD, start + timedelta(seconds=i / 10))
+                      for i in range(QUIET)])
+    lags: list[float] = []
+    during_flood = [0]
+    flood_handled = [0]
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def handler(envelope) -> None:
+        with lock:
+            if envelope.queue is quiet:
+                lags.append((SystemClock().now() - envelope.scheduled_at).total_seconds() * 1000)
+                during_flood[0] += flood_handled[0] < flood
+                if len(lags) == QUIET:
+                    done.set()
+            else:
+                flood_handled[0] += 1
+
+    worker = Worker({"flooded": flooded, "quiet": quiet}, handler,
+                    concurrency=bench.consumers, batch_size=bench.batch, wake_ups=False,
+                    idle_poll=timedelta(milliseconds=100), listeners=[WorkerListener()])
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    done.wait(QUIET / 10 + 30)
+    worker.stop()
+    thread.join()
+    lags.sort()
+    params = {"flood": flood, "quiet_messages": len(lags),
+              "handled_while_flooded": during_flood[0],
+              "concurrency": bench.consumers, "batch": bench.batch}
+    for p in (50, 99):
+        bench.add("flow_fairness", OURS, f"p{p} quiet-queue lag ms", percentile(lags, p),
+                  params=params)
+    flooded.clear()
+    quiet.clear()
+
+
+def flow_serial(bench: Bench) -> None:
+    """One serial group through a Worker: each message is claimed only after the one before
+    is acked, so this is the hand-off time from ack to the next claim (no group: the same
+    messages without one, beside it)."""
+    n = max(20, bench.sizes.messages // 50)
+
+    def measure(grouped: bool) -> float:
+        queue = bench.queue("flow_serial")
+        due = datetime.now(UTC) - timedelta(seconds=1)
+        queue.offer_many([Message(f"m{i}", PAYLOAD, due + timedelta(milliseconds=i),
+                                  group="one" if grouped else None) for i in range(n)])
+        worker = Worker(queue, lambda envelope: None, concurrency=bench.consumers,
+                        batch_size=bench.batch, wake_ups=False, listeners=[])
+        started = time.perf_counter()
+        handled = worker.drain()
+        return handled / (time.perf_counter() - started)
+
+    runs = alternate(ROUNDS, {"one group": lambda: measure(True),
+                              "no group": lambda: measure(False)})
+    for variant, values in runs.items():
+        stats = spread(values)
+        bench.add("flow_serial", f"{OURS} {variant}", RATE, stats["median"],
+                  params={"messages": n, "concurrency": bench.consumers, **stats})
+
+
+def flow_plans(bench: Bench) -> None:
+    if bench.dialect not in READS_PLANS:
+        return
+    plans = {}
+    for variant in ("priorities", "groups"):
+        queue = bench.queue(f"plans_{variant}")
+        filled = 0
+        for size in (bench.sizes.backlogs[0], bench.sizes.backlogs[-1]):
+            due = datetime.now(UTC) - timedelta(seconds=1)
+            for lo in range(filled, size, 10_000):
+                queue.offer_many([
+                    Message(f"m{i}", PAYLOAD, due, priority=i % 10,
+                            group=f"g{i % 1000}" if variant == "groups" else None)
+                    for i in range(lo, min(lo + 10_000, size))])
+            filled = size
+            analyze(bench.engine, queue.dao.table)
+            plans[f"{variant} {size}"] = _plans(bench, queue, variant)
+        queue.clear()
+    largest = [p for key, sizes in plans.items() if key.endswith(f" {filled}")
+               for p in sizes.values()]
+    every = all(p["as_expected"] for p in largest)
+    bench.add("flow_plans", OURS, "claim reads as expected at the largest backlog", float(every),
+              params={"plans": plans, "as_expected_at_largest": every})
+
+
+def _plans(bench: Bench, queue, variant: str) -> dict:
+    """Each read's plan, and whether it is the one wanted: the priority claim walks the claim
+    index in order; the group heads probe the group index once per group; the ungrouped
+    messages of a grouped queue come from an index (sorted, when the group index finds them:
+    the planner's choice, bounded by the ungrouped due messages), never from the whole table."""
+    dao, t = queue.dao, queue.dao.table
+    if variant == "priorities":
+        plan = claim_plan(queue, bench.batch)
+        return {"claim": {"plan": plan.text, "as_expected": plan.walks(claim_index(queue))}}
+    now = queue.now_ms()
+    values = {"b_kind": queue.pkind, "b_now": now, "b_limit": bench.batch}
+    groups = [f"g{i}" for i in range(bench.batch)]
+    heads = explain(bench.engine, dao.lock_rows(sa.select(t.c.id).where(t.c.id.in_(
+        dao._group_heads(queue.pkind, groups, now))), t, skip=False), values, t)
+    ungrouped = explain(bench.engine, due_statement(queue, now, bench.batch, ("ungrouped",)),
+                        values, t)
+    return {"group heads": {"plan": heads.text, "as_expected":
+                            f"{t.name}_kind_group_ix" in heads.indexes and not heads.full_scan},
+            "ungrouped": {"plan": ungrouped.text,
+                          "as_expected": bool(ungrouped.indexes) and not ungrouped.full_scan}}
