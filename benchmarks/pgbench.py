@@ -65,7 +65,7 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
     constants their statements carry."""
     dao = PostgresQueueDao(queue_table(sa.MetaData(), table))
     constants: dict[str, str] = {}
-    offer = compile_sql(dao._upsert, constants)
+    offer = compile_sql(dao._offer_statement(update=True, by=False), constants)
     arrays = {
         "keys": f"(SELECT array_agg(:base || '-' || g) FROM generate_series(1, {batch}) g)",
         "payloads": f"(SELECT array_agg(decode('{_payload_bytes().hex()}', 'hex')) "

@@ -142,9 +142,10 @@ def engine(backend_url):
 
 @pytest.fixture(scope="session")
 def table_name(engine, target):
-    """One queue table per test session and target, dropped at the end."""
+    """One queue table per test session and target (with the history table, for the queues
+    that keep history), dropped at the end."""
     name = unique_name(f"sqdt_{target.name.replace('-', '_')[:10]}")
-    create_schema(engine, table_name=name)
+    create_schema(engine, table_name=name, history=True)
     yield name
     drop_schema(engine, table_name=name)
 

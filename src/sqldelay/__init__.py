@@ -19,6 +19,7 @@ from .errors import (
     SqlDelayError,
     UnsupportedDialectError,
 )
+from .history import EventKind, History, HistoryEvent
 from .listeners import LoggingListener, WorkerListener
 from .messages import Delivery, Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue import DelayedQueue
@@ -39,13 +40,13 @@ from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
 
 __all__ = [
-    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue",
-    "AsyncWorker", "BytesSerializer", "Clock", "CronHandle", "CronMessage", "CronService",
-    "DeadLetter", "DeadLetters", "DelayedQueue", "Delivery", "Envelope", "FakeClock",
-    "InstalledSchedule", "InvalidArgumentError", "JsonSerializer", "LoggingListener", "Message",
-    "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats", "QueuedMessage",
-    "RetryPolicy", "SchemaMissingError", "Serializer", "SqlDelayError", "StrSerializer",
-    "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener", "create_schema",
-    "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",
-    "drop_table_op", "queue_table",
+    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue", "AsyncWorker",
+    "BytesSerializer", "Clock", "CronHandle", "CronMessage", "CronService", "DeadLetter",
+    "DeadLetters", "DelayedQueue", "Delivery", "Envelope", "EventKind", "FakeClock", "History",
+    "HistoryEvent", "InstalledSchedule", "InvalidArgumentError", "JsonSerializer",
+    "LoggingListener", "Message", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats",
+    "QueuedMessage", "RetryPolicy", "SchemaMissingError", "Serializer", "SqlDelayError",
+    "StrSerializer", "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener",
+    "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",
+    "drop_table_op", "queue_table"
 ]

@@ -34,6 +34,7 @@ import sqlalchemy as sa
 
 from .clock import duration_ms, from_ms, require_aware, to_ms
 from .errors import InvalidArgumentError
+from .history import process_actor
 from .messages import Message, OfferOutcome
 from .schedules import Schedule
 from .serializers import encode_payload
@@ -42,6 +43,13 @@ MAX_PREFIX = 100
 MAX_HASH = 64
 MAX_AHEAD = 1000
 MIN_WAIT = 1.0  # seconds between installs at the least, however close the next tick is
+
+
+def cron_actor() -> str:
+    """Who installs and removes ticks, in the history: this process's cron service."""
+    return f"cron@{process_actor()}"
+
+
 _KEY = re.compile(r"^([^/]+)/([^/]+)/(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)$")
 
 Op = Callable[[sa.Connection], Any]
@@ -157,13 +165,13 @@ class CronServiceBase:
             offers.append(Message(tick_key(prefix, config_hash, m.at), m.payload, m.at,
                                   update=False, priority=m.priority))
         q = self.queue
-        plan = q.plan_offer(offers)
-        stale = q.dao.delete_key_prefix(q.pkind, prefix + "/", q.now_ms(),
-                                        keep_prefix=f"{prefix}/{config_hash}/",
-                                        only_future=True)
+        plan = q.plan_offer(offers, by=cron_actor() if q.recorder is not None else None)
+        stale = q.delete_op(q.dao.key_prefix_deletable(
+            q.pkind, prefix + "/", q.now_ms(), keep_prefix=f"{prefix}/{config_hash}/",
+            only_future=True), cron_actor(), "its schedule changed")
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
-            conn.execute(stale)
+            stale(conn)
             return [] if plan is None else plan.op(conn)
 
         return op
@@ -171,8 +179,8 @@ class CronServiceBase:
     def delete_op(self, key_prefix: str) -> Op:
         """Delete the ticks under ``key_prefix`` but those a consumer holds; how many."""
         q = self.queue
-        stmt = q.dao.delete_key_prefix(q.pkind, key_prefix, q.now_ms())
-        return lambda conn: conn.execute(stmt).rowcount
+        return q.delete_op(q.dao.key_prefix_deletable(q.pkind, key_prefix, q.now_ms()),
+                           cron_actor(), "its schedule was uninstalled")
 
     def list_op(self, prefix: str | None) -> Op:
         """The configurations stored in the queue (by any process), by prefix, with their

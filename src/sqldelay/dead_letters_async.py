@@ -19,11 +19,11 @@ class AsyncDeadLetters(DeadLettersBase):
     """The dead letters of every queue in queue table ``table_name``."""
 
     def __init__(self, engine: AsyncEngine, *, table_name: str = DEFAULT_TABLE,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, history: bool = False) -> None:
         problem = engine_problem(engine, type(self).__name__)
         if problem:
             raise InvalidArgumentError(problem)
-        super().__init__(engine, table_name=table_name, clock=clock)
+        super().__init__(engine, table_name=table_name, clock=clock, history=history)
         self.executor = AsyncExecutor(engine, self.dao)
 
     async def bury(self, envelope: Envelope, error: str, *,
@@ -49,14 +49,15 @@ class AsyncDeadLetters(DeadLettersBase):
         return await self.executor.run(self.ids_op(queue), write=False, connection=connection)
 
     async def requeue(self, ids: Sequence[int], *, at: datetime | None = None,
+                      by: str | None = None,
                       connection: AsyncConnection | None = None) -> int:
         """Put dead letters back in their queues, due at ``at`` (now when None), with a fresh
         attempt count; in one transaction. A key that was offered again meanwhile gets the
         dead letter's payload and due time. Returns how many went back."""
-        return await self.executor.run(self.requeue_op(ids, at), write=True,
+        return await self.executor.run(self.requeue_op(ids, at, by), write=True,
                                        connection=connection, offer=True)
 
-    async def drop(self, ids: Sequence[int], *,
+    async def drop(self, ids: Sequence[int], *, by: str | None = None,
                    connection: AsyncConnection | None = None) -> int:
         """Delete dead letters for good; returns how many were deleted."""
-        return await self.executor.run(self.drop_op(ids), write=True, connection=connection)
+        return await self.executor.run(self.drop_op(ids, by), write=True, connection=connection)

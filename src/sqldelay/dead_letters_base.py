@@ -17,13 +17,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .checks import check_positive_int, storable_text
+from .checks import check_positive_int
 from .clock import Clock, SystemClock, from_ms, to_ms
 from .dialects import OfferRow, dao_class_for
 from .dialects.base import chunked
 from .errors import InvalidArgumentError
+from .history import EventKind, Recorder, check_actor, current_actor, detail_text
 from .messages import Envelope
-from .schema import DEFAULT_TABLE, ERROR_LENGTH, dead_letter_table, queue_table
+from .schema import DEFAULT_TABLE, dead_letter_table, history_table, queue_table
 
 Op = Callable[[sa.Connection], Any]
 
@@ -42,23 +43,28 @@ class DeadLetter:
     created_at: datetime
     priority: int = 0
     group: str | None = None
+    enqueued_by: str | None = None
 
 
 class DeadLettersBase:
-    """The dead letters of every queue in queue table ``table_name``."""
+    """The dead letters of every queue in queue table ``table_name``; with ``history``, their
+    burials, requeues and drops are recorded in ``<table>_history``."""
 
     def __init__(self, engine: Any, *, table_name: str = DEFAULT_TABLE,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, history: bool = False) -> None:
         metadata = sa.MetaData()
         self.engine = engine
         self.clock = clock if clock is not None else SystemClock()
         self.dao = dao_class_for(engine.dialect)(queue_table(metadata, table_name))
         self.table = dead_letter_table(metadata, table_name)
+        self.recorder = Recorder(history_table(metadata, table_name)) if history else None
 
     @classmethod
     def of(cls, queue):
-        """The dead letters beside ``queue``, on its engine and clock."""
-        return cls(queue.engine, table_name=queue.dao.table.name, clock=queue.clock)
+        """The dead letters beside ``queue``, on its engine and clock, recording history when
+        the queue does."""
+        return cls(queue.engine, table_name=queue.dao.table.name, clock=queue.clock,
+                   history=queue.recorder is not None)
 
     def bury_op(self, envelope: Envelope, error: str) -> Op:
         """Move a claimed message here, in one transaction: delete it (by id and lock) and
@@ -66,25 +72,29 @@ class DeadLettersBase:
         queue = envelope.queue
         t = self.table
         q = queue.dao.table
-        text = storable_text(error)
-        if len(text) > ERROR_LENGTH:  # every database's column holds ERROR_LENGTH characters
-            text = text[:ERROR_LENGTH - 1] + "…"
+        text = detail_text(error)  # every database's column holds ERROR_LENGTH characters
 
         def op(conn: sa.Connection) -> bool:
             row = conn.execute(queue.dao.lock_rows(
                 sa.select(q.c.pkind, q.c.pkey, q.c.payload, q.c.scheduled_at_initially,
-                          q.c.created_at, q.c.deliveries, q.c.priority, q.c.group_key)
+                          q.c.created_at, q.c.deliveries, q.c.priority, q.c.group_key,
+                          q.c.enqueued_by)
                 .where(q.c.id == envelope.row_id, q.c.lock_uuid == envelope.lock),
                 q, skip=False)).first()
             if row is None or not queue.dao.ack(conn, envelope.row_id, envelope.lock):
                 return False
+            now = queue.now_ms()
             conn.execute(sa.insert(t).values(
                 pkind=row.pkind, pkey=row.pkey, payload=row.payload,
                 scheduled_at_initially=row.scheduled_at_initially, created_at=row.created_at,
-                attempts=row.deliveries, last_error=text, failed_at=queue.now_ms(),
-                priority=row.priority, group_key=row.group_key))
+                attempts=row.deliveries, last_error=text, failed_at=now,
+                priority=row.priority, group_key=row.group_key, enqueued_by=row.enqueued_by))
             if row.group_key is not None:  # the group's next message may go
                 queue.dao.free_groups(conn, row.pkind, envelope.lock, [row.group_key])
+            if self.recorder is not None:
+                self.recorder.write(conn, [self.recorder.event(
+                    row.pkind, EventKind.DEAD_LETTERED, row.pkey, now,
+                    actor=envelope.claimed_by, attempt=row.deliveries, detail=text)])
             return True
 
         return op
@@ -107,11 +117,13 @@ class DeadLettersBase:
         stmt = self._where_queue(sa.select(t.c.id).order_by(t.c.id), queue)
         return lambda conn: list(conn.execute(stmt).scalars())
 
-    def requeue_op(self, ids: Sequence[int], at: datetime | None) -> Op:
+    def requeue_op(self, ids: Sequence[int], at: datetime | None, by: str | None = None) -> Op:
         """Put dead letters back in their queues, due at ``at`` (now when None), with a fresh
         attempt count; in one transaction. A key that was offered again meanwhile gets the
         dead letter's payload and due time. Returns how many went back."""
         ids = _check_ids(ids)
+        check_actor(by)
+        actor = by or current_actor()
         now = to_ms(self.clock.now(), "clock.now()")
         due = now if at is None else to_ms(at, "at")
         t = self.table
@@ -127,19 +139,43 @@ class DeadLettersBase:
                                      row.group_key)
                     if row.group_key is not None:  # its queue takes group-aware claims
                         self.dao.write_settings(conn, row.pkind, has_groups=1)
-                    self.dao.offer(conn, row.pkind, [offer], now)  # wakes workers if due
+                    # wakes workers if due; the message keeps who first offered it
+                    self.dao.offer(conn, row.pkind, [offer], now, row.enqueued_by)
                 conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
+                self._record(conn, EventKind.REQUEUED, rows, actor,
+                             f"due {from_ms(due).isoformat()}")
                 moved += len(rows)
             return moved
 
         return op
 
-    def drop_op(self, ids: Sequence[int]) -> Op:
+    def drop_op(self, ids: Sequence[int], by: str | None = None) -> Op:
         """Delete dead letters for good; returns how many were deleted."""
         ids = _check_ids(ids)
+        check_actor(by)
+        actor = by or current_actor()
         t = self.table
-        return lambda conn: sum(conn.execute(sa.delete(t).where(t.c.id.in_(chunk))).rowcount
-                                for chunk in chunked(ids, self.dao.in_list_max))
+
+        def op(conn: sa.Connection) -> int:
+            dropped = 0
+            for chunk in chunked(ids, self.dao.in_list_max):
+                if self.recorder is not None:  # the keys of the letters, for their events
+                    self._record(conn, EventKind.DROPPED, conn.execute(self.dao.lock_rows(
+                        sa.select(t.c.pkind, t.c.pkey).where(t.c.id.in_(chunk)), t,
+                        skip=False)).all(), actor, "dead letter dropped")
+                dropped += conn.execute(sa.delete(t).where(t.c.id.in_(chunk))).rowcount
+            return dropped
+
+        return op
+
+    def _record(self, conn: sa.Connection, kind: EventKind, rows, actor: str,
+                detail: str) -> None:
+        """Events of ``kind`` for dead letters ``rows`` (with pkind and pkey), with history."""
+        if self.recorder is None:
+            return
+        now = to_ms(self.clock.now(), "clock.now()")
+        self.recorder.write(conn, [self.recorder.event(r.pkind, kind, r.pkey, now, actor=actor,
+                                                       detail=detail) for r in rows])
 
     def _where_queue(self, stmt: sa.Select, queue: str | None) -> sa.Select:
         if queue is None:
@@ -156,7 +192,8 @@ def _dead_letter(row) -> DeadLetter:
         id=int(row.id), queue=queue, type_name=type_name, key=row.pkey,
         payload=bytes(row.payload), attempts=int(row.attempts), last_error=row.last_error or "",
         failed_at=from_ms(row.failed_at), scheduled_at=from_ms(row.scheduled_at_initially),
-        created_at=from_ms(row.created_at), priority=row.priority, group=row.group_key)
+        created_at=from_ms(row.created_at), priority=row.priority, group=row.group_key,
+        enqueued_by=row.enqueued_by)
 
 
 def _check_ids(ids: Sequence[int]) -> list[int]:

@@ -49,6 +49,8 @@ class QueuedMessage:
     in_flight: bool
     priority: int = 0
     group: str | None = None
+    enqueued_by: str | None = None  # kept by queues with history, or when given
+    claimed_by: str | None = None  # while in flight: who holds it (likewise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,8 @@ class Envelope:
     row_id: int = field(repr=False)
     lock: str = field(repr=False)
     queue: DelayedQueue = field(repr=False)
+    enqueued_by: str | None = None  # who offered it (queues with history, or when given)
+    claimed_by: str | None = None  # who claimed it: this consumer's name, when it has one
 
     @property
     def delivery(self) -> Delivery:
@@ -97,9 +101,9 @@ class Envelope:
         message was replaced by an update) and so nothing was deleted."""
         return self.queue.ack(self, connection=connection)
 
-    def release(self, *, delay: timedelta | None = None,
+    def release(self, *, delay: timedelta | None = None, error: str | None = None,
                 connection: sa.Connection | None = None) -> bool:
-        return self.queue.release(self, delay=delay, connection=connection)
+        return self.queue.release(self, delay=delay, error=error, connection=connection)
 
     def extend(self, by: timedelta | None = None, *,
                connection: sa.Connection | None = None) -> bool:

@@ -14,18 +14,21 @@ from pathlib import Path
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 
-from .schema import DEAD, QUEUE, SCHEMA_VERSION
+from .schema import DEAD, HISTORY, QUEUE, SCHEMA_VERSION, create_history_op
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def config(connection: sa.Connection, table_name: str, tuning: str | None = None) -> Config:
+def config(connection: sa.Connection, table_name: str, tuning: str | None = None,
+           history: bool = False) -> Config:
     """An Alembic configuration that runs the package's migrations on ``connection``."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.attributes.update(connection=connection, table_name=table_name, tuning=tuning)
+    cfg.attributes.update(connection=connection, table_name=table_name, tuning=tuning,
+                          history=history)
     return cfg
 
 
@@ -47,10 +50,12 @@ def _by_shape(connection: sa.Connection, table_name: str) -> str | None:
     return "0002" if inspector.has_table(DEAD.name(table_name)) else "0001"
 
 
-def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = None) -> None:
+def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = None,
+            history: bool = False) -> None:
     """Create or upgrade ``table_name``'s tables to this version's schema, on ``connection``
-    (the caller commits)."""
-    cfg = config(connection, table_name, tuning)
+    (the caller commits); with ``history``, the history table too, also where the schema is
+    already at this version without it."""
+    cfg = config(connection, table_name, tuning, history)
     context = MigrationContext.configure(
         connection, opts={"version_table": f"{table_name}_alembic"})
     if context.get_current_revision() is None:
@@ -59,3 +64,5 @@ def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = Non
             command.stamp(cfg, found)
     if current(connection, table_name) != SCHEMA_VERSION:
         command.upgrade(cfg, "head")
+    if history and not sa.inspect(connection).has_table(HISTORY.name(table_name)):
+        create_history_op(Operations(MigrationContext.configure(connection)), table_name)

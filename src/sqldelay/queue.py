@@ -19,6 +19,7 @@ from .cron import CronService
 from .dialects.flow import NeedsTransaction
 from .errors import InvalidArgumentError
 from .executor import Executor
+from .history import History, HistoryEvent
 from .messages import (
     Envelope,
     FlowControl,
@@ -41,18 +42,23 @@ class DelayedQueue(QueueBase):
 
     def __init__(self, engine: Engine, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
-                 table_name: str = DEFAULT_TABLE, clock: Clock | None = None) -> None:
+                 table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
+                 history: bool | timedelta | History | None = None) -> None:
+        """``history``: keep each message's events in ``<table>_history`` (True; a timedelta:
+        for that long, pruned by workers; a History for more settings); the table comes from
+        ``create_schema(history=True)``."""
         problem = engine_problem(engine, type(self).__name__)
         if problem:
             raise InvalidArgumentError(problem)
         super().__init__(engine, name, serializer=serializer, acquire_timeout=acquire_timeout,
-                         table_name=table_name, clock=clock)
+                         table_name=table_name, clock=clock, history=history)
         self.executor = Executor(engine, self.dao)
 
     # ---- producing -----------------------------------------------------------------------
 
     def offer(self, key: str, payload: Any, at: datetime | None = None, *,
               update: bool = True, priority: int = 0, group: str | None = None,
+              by: str | None = None,
               connection: Connection | None = None) -> OfferOutcome:
         """Schedule ``payload`` under ``key`` for ``at`` (now when None).
 
@@ -60,13 +66,14 @@ class DelayedQueue(QueueBase):
         due time, priority and group (UPDATED; an in-flight one loses its lock) unless all are
         unchanged (IGNORED); with ``update=False`` an existing key is left alone (IGNORED).
         Among due messages a higher ``priority`` is claimed first; messages of one ``group``
-        are handled one at a time, in claim order.
+        are handled one at a time, in claim order. ``by`` names the producer (stored as
+        ``enqueued_by``; with history its default is this process, host:pid).
         """
         outcomes = self.offer_many([Message(key, payload, at, update, priority, group)],
-                                   connection=connection)
+                                   by=by, connection=connection)
         return outcomes[0]
 
-    def offer_many(self, messages: Iterable[Message], *,
+    def offer_many(self, messages: Iterable[Message], *, by: str | None = None,
                    connection: Connection | None = None) -> list[OfferOutcome]:
         """Offer many messages, one round trip (or a few) per chunk; outcomes in input order.
 
@@ -74,7 +81,7 @@ class DelayedQueue(QueueBase):
         keys, and the chunks, go in the database's lock order, so producers of overlapping
         batches cannot deadlock on each other.
         """
-        plan = self.plan_offer(messages)
+        plan = self.plan_offer(messages, by)
         if plan is None:
             return []
         outcomes = self.executor.run(plan.op, write=True, connection=connection,
@@ -85,16 +92,19 @@ class DelayedQueue(QueueBase):
 
     # ---- consuming -----------------------------------------------------------------------
 
-    def poll(self, *, connection: Connection | None = None) -> Envelope | None:
+    def poll(self, *, by: str | None = None,
+             connection: Connection | None = None) -> Envelope | None:
         """Claim the first due message for ``acquire_timeout``, or None when none is due."""
-        got = self.poll_many(1, connection=connection)
+        got = self.poll_many(1, by=by, connection=connection)
         return got[0] if got else None
 
-    def poll_many(self, limit: int, *,
+    def poll_many(self, limit: int, *, by: str | None = None,
                   connection: Connection | None = None) -> list[Envelope]:
         """Claim up to ``limit`` due messages under one lock id: higher priority first, then
-        earlier due; within the queue's flow control (pause, limits, groups)."""
-        op = self.claim_op(limit)
+        earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
+        the consumer (stored as ``claimed_by``; with history its default is this thread or
+        task, host:pid:name)."""
+        op = self.claim_op(limit, by)
         try:
             return self.executor.run(op, write=True, connection=connection,
                                      one_statement=self.claim_alone)
@@ -113,9 +123,11 @@ class DelayedQueue(QueueBase):
         return 0 if call is None else self._run(call, connection)
 
     def release(self, envelope: Envelope, *, delay: timedelta | None = None,
+                error: str | None = None,
                 connection: Connection | None = None) -> bool:
-        """Give a claimed message back: due now, or after ``delay``. False if the lock is stale."""
-        return self._run(self.release_call(envelope, delay), connection)
+        """Give a claimed message back: due now, or after ``delay``. False if the lock is stale.
+        ``error`` says why, when its handling failed (the history records a failure)."""
+        return self._run(self.release_call(envelope, delay, error), connection)
 
     def extend(self, envelope: Envelope, by: timedelta | None = None, *,
                connection: Connection | None = None) -> bool:
@@ -168,15 +180,42 @@ class DelayedQueue(QueueBase):
         return self.executor.run(self.contains_op(key), write=False,
                                  connection=connection, one_statement=True)
 
-    def drop(self, key: str, *, connection: Connection | None = None) -> bool:
+    def drop(self, key: str, *, by: str | None = None,
+             connection: Connection | None = None) -> bool:
         """Delete a message whatever its state; True if there was one."""
-        return self.executor.run(self.drop_op(key), write=True, connection=connection,
+        return self.executor.run(self.drop_op(key, by), write=True,
+                                 connection=connection, one_statement=self.recorder is None)
+
+    def clear(self, *, by: str | None = None,
+              connection: Connection | None = None) -> int:
+        """Delete every message of this queue; returns how many."""
+        return self.executor.run(self.clear_op(by), write=True, connection=connection,
+                                 one_statement=self.recorder is None)
+
+    # ---- history (queues made with history=) -------------------------------------------------
+
+    def history(self, key: str, *,
+                connection: Connection | None = None) -> list[HistoryEvent]:
+        """What happened to the message(s) of ``key``, oldest first: offers, claims, acks,
+        failures... kept after the message is gone, until pruned."""
+        return self.executor.run(self.history_op(key), write=False, connection=connection,
                                  one_statement=True)
 
-    def clear(self, *, connection: Connection | None = None) -> int:
-        """Delete every message of this queue; returns how many."""
-        return self.executor.run(self.clear_op(), write=True, connection=connection,
-                                 one_statement=True)
+    def prune_history(self, older_than: timedelta | None = None, *,
+                      batch: int = 1000) -> int:
+        """Delete the events older than ``older_than`` (default: the queue's retention),
+        ``batch`` at a time, each batch in a transaction of its own; returns how many."""
+        if older_than is None:
+            if self.history_settings is None or self.history_settings.retention is None:
+                raise InvalidArgumentError(
+                    "prune_history needs older_than: this queue has no history retention")
+            older_than = self.history_settings.retention
+        pruned = 0
+        while True:
+            gone = self.executor.run(self.prune_op(older_than, batch), write=True)
+            pruned += gone
+            if gone < batch:
+                return pruned
 
     def next_due(self, *, connection: Connection | None = None) -> datetime | None:
         """When the earliest message (or expiring lock) falls due; None for an empty queue.

@@ -22,6 +22,14 @@ from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, PayloadBudget
 from .errors import InvalidArgumentError
+from .history import (
+    EventKind,
+    History,
+    Recorder,
+    check_actor,
+    current_actor,
+    process_actor,
+)
 from .messages import (
     Envelope,
     FlowControl,
@@ -30,7 +38,7 @@ from .messages import (
     QueuedMessage,
     QueueStats,
 )
-from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, queue_table
+from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, history_table, queue_table
 from .serializers import JsonSerializer, Serializer, encode_payload
 
 MAX_QUEUE_NAME = 60
@@ -64,7 +72,8 @@ class QueueBase:
 
     def __init__(self, engine: Any, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
-                 table_name: str = DEFAULT_TABLE, clock: Clock | None = None) -> None:
+                 table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
+                 history: bool | timedelta | History | None = None) -> None:
         check_text(name, "queue name", MAX_QUEUE_NAME)
         self.serializer = serializer if serializer is not None else JsonSerializer()
         check_text(getattr(self.serializer, "type_name", None), "serializer.type_name",
@@ -81,10 +90,15 @@ class QueueBase:
         self.pkind = f"{name}|{type_name}"
         self.acquire_timeout = acquire_timeout
         self.clock = clock if clock is not None else SystemClock()
-        self.dao: QueueDao = dao_class_for(engine.dialect)(queue_table(sa.MetaData(), table_name))
+        metadata = sa.MetaData()
+        self.dao: QueueDao = dao_class_for(engine.dialect)(queue_table(metadata, table_name))
+        # with history, each change writes its events in its own transaction (see history.py)
+        self.history_settings = History.of(history)
+        self.recorder = (None if self.history_settings is None
+                         else Recorder(history_table(metadata, table_name)))
         # claims run as one statement where the database gains by it, until a claim finds the
-        # queue under flow control, whose claim takes a transaction
-        self.claim_alone = self.dao.claim_is_one_statement
+        # queue under flow control, whose claim takes a transaction (as does a recorded one)
+        self.claim_alone = self.dao.claim_is_one_statement and self.recorder is None
         # set once this object's offers have marked the queue as having groups
         self.groups_flagged = False
 
@@ -101,13 +115,16 @@ class QueueBase:
 
     # ---- offers ------------------------------------------------------------------------------
 
-    def plan_offer(self, messages: Iterable[Message]) -> OfferPlan | None:
-        """Check and encode ``messages`` (None when there are none) and plan their offer.
+    def plan_offer(self, messages: Iterable[Message], by: str | None = None) -> OfferPlan | None:
+        """Check and encode ``messages`` (None when there are none) and plan their offer, by
+        ``by`` (default, with history: this process, host:pid).
 
         A key that appears twice is applied in order, as two offers would be. Each chunk's
         keys, and the chunks, go in the database's lock order, so producers of overlapping
         batches cannot deadlock on each other.
         """
+        check_actor(by)
+        actor = by if by is not None or self.recorder is None else process_actor()
         now = self.now_ms()
         rows = [self._row(i, m, now) for i, m in enumerate(messages)]
         if not rows:
@@ -129,14 +146,26 @@ class QueueBase:
                 rounds, rows, dao.offer_chunk, budget.statement)
             outcomes: list[OfferOutcome | None] = [None] * len(rows)
             for part in chunks:
-                results = dao.offer(conn, self.pkind, [rows[i] for i in part], now)
+                results = dao.offer(conn, self.pkind, [rows[i] for i in part], now, actor)
                 for i, outcome in zip(part, results, strict=True):
                     outcomes[i] = outcome
+                if self.recorder is not None:  # the chunk's events, one statement
+                    self.recorder.write(conn, self._offer_events(
+                        [rows[i] for i in part], results, now, actor))
             return outcomes
 
-        one = (not flag and len(planned) == 1
+        one = (not flag and self.recorder is None and len(planned) == 1
                and dao.offer_is_one_statement([rows[i] for i in planned[0]]))
         return OfferPlan(op, one, flag)
+
+    def _offer_events(self, rows: Sequence[OfferRow], outcomes: Sequence[OfferOutcome],
+                      now: int, actor: str | None) -> list[dict]:
+        kinds = {OfferOutcome.CREATED: EventKind.OFFERED, OfferOutcome.UPDATED: EventKind.UPDATED}
+        if self.history_settings.ignored:
+            kinds[OfferOutcome.IGNORED] = EventKind.IGNORED
+        return [self.recorder.event(self.pkind, kinds[outcome], row.key, now, actor=actor,
+                                    detail=_describe_offer(row))
+                for row, outcome in zip(rows, outcomes, strict=True) if outcome in kinds]
 
     def _row(self, index: int, message: Message, now: int) -> OfferRow:
         if not isinstance(message, Message):
@@ -153,26 +182,48 @@ class QueueBase:
 
     # ---- claims ------------------------------------------------------------------------------
 
-    def claim_op(self, limit: int) -> Callable[[sa.Connection], list[Envelope]]:
-        """The claim of up to ``limit`` due messages (earliest first) under one lock id."""
+    def claim_op(self, limit: int, by: str | None = None) -> Callable[[sa.Connection],
+                                                                     list[Envelope]]:
+        """The claim of up to ``limit`` due messages (earliest first) under one lock id, held
+        by ``by`` (default, with history: this thread or task, host:pid:name)."""
         check_positive_int(limit, "limit")
+        check_actor(by)
+        actor = by if by is not None or self.recorder is None else current_actor()
         now = self.now_ms()
         until = now + self._acquire_ms
         lock = str(uuid.uuid4())
 
         def op(conn: sa.Connection) -> list[Envelope]:
-            rows, controlled = self.dao.claim_checked(conn, self.pkind, now, limit, lock, until)
-            self.claim_alone = self.dao.claim_is_one_statement and not controlled
-            return [self._envelope(r, lock, until) for r in rows]
+            rows, controlled = self.dao.claim_checked(conn, self.pkind, now, limit, lock, until,
+                                                      actor)
+            self.claim_alone = (self.dao.claim_is_one_statement and not controlled
+                                and self.recorder is None)
+            if self.recorder is not None:
+                self.recorder.write(conn, self._claim_events(rows, now, until, actor))
+            return [self._envelope(r, lock, until, actor) for r in rows]
 
         return op
 
-    def _envelope(self, row: ClaimedRow, lock: str, until: int) -> Envelope:
+    def _claim_events(self, rows: Sequence[ClaimedRow], now: int, until: int,
+                      actor: str | None) -> list[dict]:
+        event, events = self.recorder.event, []
+        for r in rows:
+            if r.previous_lock is not None:  # its holder's lock ran out before an ack
+                events.append(event(self.pkind, EventKind.LOCK_EXPIRED, r.key, now,
+                                    actor=r.previous_holder, attempt=r.deliveries - 1,
+                                    detail=f"lock lost; claimed again by {actor}"))
+            events.append(event(self.pkind, EventKind.CLAIMED, r.key, now, actor=actor,
+                                attempt=r.deliveries,
+                                detail=f"locked until {from_ms(until).isoformat()}"))
+        return events
+
+    def _envelope(self, row: ClaimedRow, lock: str, until: int, actor: str | None) -> Envelope:
         return Envelope(
             key=row.key, payload=self.serializer.decode(row.payload),
             scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
             attempt=row.deliveries, locked_until=from_ms(until), priority=row.priority,
-            group=row.group, row_id=row.id, lock=lock, queue=self)
+            group=row.group, row_id=row.id, lock=lock, queue=self,
+            enqueued_by=row.enqueued_by, claimed_by=actor)
 
     def check_own(self, envelope: Envelope) -> None:
         """Refuse an envelope that another queue claimed."""
@@ -188,12 +239,15 @@ class QueueBase:
         A grouped message frees its group."""
         self.check_own(envelope)
         dao, lock = self.dao, envelope.lock
-        if envelope.group is None:
+        if envelope.group is None and self.recorder is None:
             return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
 
         def op(conn: sa.Connection) -> bool:
             acked = dao.ack(conn, envelope.row_id, lock)
-            dao.free_groups(conn, self.pkind, lock, [envelope.group])
+            if envelope.group is not None:
+                dao.free_groups(conn, self.pkind, lock, [envelope.group])
+            if acked and self.recorder is not None:
+                self.recorder.write(conn, [self._done_event(EventKind.ACKED, envelope)])
             return acked
 
         return Call(op, False)
@@ -201,41 +255,68 @@ class QueueBase:
     def ack_many_call(self, envelopes: Sequence[Envelope]) -> Call | None:
         """The deletion of claimed messages, one statement per claim batch (None: none given);
         the groups of grouped ones are freed."""
-        by_lock: dict[str, list[int]] = {}
+        by_lock: dict[str, list[Envelope]] = {}
         groups: dict[str, list[str]] = {}
         for env in envelopes:
             self.check_own(env)
-            by_lock.setdefault(env.lock, []).append(env.row_id)
+            by_lock.setdefault(env.lock, []).append(env)
             if env.group is not None:
                 groups.setdefault(env.lock, []).append(env.group)
         if not by_lock:
             return None
-        dao = self.dao
+        dao, recorder = self.dao, self.recorder
 
         def op(conn: sa.Connection) -> int:
-            acked = sum(dao.ack_many(conn, lock, ids) for lock, ids in by_lock.items())
+            acked = 0
+            for lock, held in by_lock.items():
+                ids = [env.row_id for env in held]
+                if recorder is None:
+                    acked += dao.ack_many(conn, lock, ids)
+                    continue
+                gone = dao.ack_many_which(conn, lock, ids)
+                recorder.write(conn, [self._done_event(EventKind.ACKED, env)
+                                      for env in held if env.key in gone])
+                acked += len(gone)
             for lock, names in groups.items():
                 dao.free_groups(conn, self.pkind, lock, names)
             return acked
 
-        one = not groups and len(by_lock) == 1 and len(envelopes) <= dao.in_list_max
+        one = (not groups and recorder is None and len(by_lock) == 1
+               and len(envelopes) <= dao.in_list_max)
         return Call(op, one)
 
-    def release_call(self, envelope: Envelope, delay: timedelta | None) -> Call:
+    def release_call(self, envelope: Envelope, delay: timedelta | None,
+                     error: str | None = None) -> Call:
         """Give a claimed message back, due now or after ``delay``: True if the lock held. A
-        grouped message frees its group for the group's next message."""
+        grouped message frees its group for the group's next message. ``error`` says the
+        handler failed (the history records a failure rather than a release)."""
         self.check_own(envelope)
+        if error is not None and not isinstance(error, str):
+            raise InvalidArgumentError(f"error must be a str, got {type(error).__name__}")
         delay_ms = 0 if delay is None else duration_ms(delay, "delay")
-        move = self._move_op(envelope, self.now_ms() + delay_ms, keep_lock=False)
-        if envelope.group is None:
+        due = self.now_ms() + delay_ms
+        move = self._move_op(envelope, due, keep_lock=False)
+        if envelope.group is None and self.recorder is None:
             return Call(move, True)
 
         def op(conn: sa.Connection) -> bool:
             moved = move(conn)
-            self.dao.free_groups(conn, self.pkind, envelope.lock, [envelope.group])
+            if envelope.group is not None:
+                self.dao.free_groups(conn, self.pkind, envelope.lock, [envelope.group])
+            if moved and self.recorder is not None:
+                again = f"due again at {from_ms(due).isoformat()}"
+                self.recorder.write(conn, [
+                    self._done_event(EventKind.RELEASED, envelope, again) if error is None
+                    else self._done_event(EventKind.FAILED, envelope, f"{again}: {error}")])
             return moved
 
         return Call(op, False)
+
+    def _done_event(self, kind: EventKind, envelope: Envelope, detail: str | None = None) -> dict:
+        """The event of what the holder of ``envelope`` did with it."""
+        return self.recorder.event(self.pkind, kind, envelope.key, self.now_ms(),
+                                   actor=envelope.claimed_by, attempt=envelope.attempt,
+                                   detail=detail)
 
     def extend_call(self, envelope: Envelope, by: timedelta | None) -> Call:
         """Keep the lock ``by`` (default: acquire_timeout) from now: True if it still held,
@@ -311,12 +392,13 @@ class QueueBase:
             row = conn.execute(self.dao.select_by_key(self.pkind, key)).first()
             if row is None:
                 return None
+            in_flight = row.lock_uuid is not None and row.scheduled_at > now
             return QueuedMessage(
                 key=row.pkey, payload=self.serializer.decode(row.payload),
                 scheduled_at=from_ms(row.scheduled_at_initially),
                 created_at=from_ms(row.created_at), deliveries=row.deliveries,
-                in_flight=row.lock_uuid is not None and row.scheduled_at > now,
-                priority=row.priority, group=row.group_key)
+                in_flight=in_flight, priority=row.priority, group=row.group_key,
+                enqueued_by=row.enqueued_by, claimed_by=row.claimed_by if in_flight else None)
 
         return op
 
@@ -325,14 +407,85 @@ class QueueBase:
         stmt = self.dao.exists_key(self.pkind, key)
         return lambda conn: conn.execute(stmt).first() is not None
 
-    def drop_op(self, key: str) -> Op:
+    def drop_op(self, key: str, by: str | None = None) -> Op:
         self.check_key(key)
+        check_actor(by)
         stmt = self.dao.delete_key(self.pkind, key)
-        return lambda conn: conn.execute(stmt).rowcount > 0
+        if self.recorder is None:
+            return lambda conn: conn.execute(stmt).rowcount > 0
+        event = self.recorder.event(self.pkind, EventKind.DROPPED, key, self.now_ms(),
+                                    actor=by or current_actor())
 
-    def clear_op(self) -> Op:
-        stmt = self.dao.delete_kind(self.pkind)
-        return lambda conn: conn.execute(stmt).rowcount
+        def op(conn: sa.Connection) -> bool:
+            dropped = conn.execute(stmt).rowcount > 0
+            if dropped:
+                self.recorder.write(conn, [event])
+            return dropped
+
+        return op
+
+    def clear_op(self, by: str | None = None) -> Op:
+        check_actor(by)
+        if self.recorder is None:
+            stmt = self.dao.delete_kind(self.pkind)
+            return lambda conn: conn.execute(stmt).rowcount
+        actor = by or current_actor()
+
+        def op(conn: sa.Connection) -> int:
+            # batch by batch, each batch's events written with its deletion
+            cleared = 0
+            while keys := self.dao.delete_kind_batch(conn, self.pkind):
+                now = self.now_ms()
+                self.recorder.write(conn, [
+                    self.recorder.event(self.pkind, EventKind.CLEARED, k, now, actor=actor)
+                    for k in keys])
+                cleared += len(keys)
+            return cleared
+
+        return op
+
+    def delete_op(self, where: Sequence[sa.ColumnElement[bool]], by: str | None,
+                  detail: str) -> Op:
+        """Delete the messages meeting ``where`` (conditions from the dialect); with history,
+        each deletion's event (dropped, ``detail`` saying why) in the same transaction.
+        Returns how many went."""
+        if self.recorder is None:
+            stmt = sa.delete(self.dao.table).where(*where)
+            return lambda conn: conn.execute(stmt).rowcount
+        actor = by or current_actor()
+
+        def op(conn: sa.Connection) -> int:
+            keys = self.dao.delete_which(conn, *where)
+            now = self.now_ms()
+            self.recorder.write(conn, [
+                self.recorder.event(self.pkind, EventKind.DROPPED, k, now, actor=actor,
+                                    detail=detail) for k in keys])
+            return len(keys)
+
+        return op
+
+    # ---- history ---------------------------------------------------------------------------
+
+    def _recording(self) -> Recorder:
+        if self.recorder is None:
+            raise InvalidArgumentError(
+                f"queue {self.name!r} keeps no history: make it with history=True "
+                "(or a retention timedelta)")
+        return self.recorder
+
+    def history_op(self, key: str) -> Op:
+        """The events of ``key``, oldest first, across re-offers of the key."""
+        self.check_key(key)
+        return self._recording().read_op(self.pkind, key)
+
+    def prune_op(self, older_than: timedelta, batch: int) -> Op:
+        """One batch of the pruning of events older than ``older_than``: how many went."""
+        check_positive_int(batch, "batch")
+        age = duration_ms(older_than, "older_than")
+        if age < 0:
+            raise InvalidArgumentError("older_than must not be negative")
+        return self._recording().prune_op(self.pkind, self.now_ms() - age, batch,
+                                          self.dao.in_list_max)
 
     def next_due_op(self) -> Op:
         """When the earliest message (or expiring lock) falls due; None for an empty queue."""
@@ -401,6 +554,16 @@ def _check_payload_sizes(rows: Sequence[OfferRow], budget: PayloadBudget, databa
             raise InvalidArgumentError(
                 f"the payload of {row.key!r} is {len(row.payload):,} bytes encoded; {database} "
                 f"takes at most {budget.message:,} ({budget.why})")
+
+
+def _describe_offer(row: OfferRow) -> str:
+    """An offer event's detail: when the message is due, and its priority and group."""
+    parts = [f"due {from_ms(row.at_ms).isoformat()}"]
+    if row.priority:
+        parts.append(f"priority {row.priority}")
+    if row.group is not None:
+        parts.append(f"group {row.group}")
+    return ", ".join(parts)
 
 
 def check_priority(priority: Any) -> None:

@@ -23,6 +23,8 @@ KEY_LENGTH = 200
 KIND_LENGTH = 100
 LOCK_LENGTH = 36
 ERROR_LENGTH = 2000  # characters of the last error kept with a dead letter
+ACTOR_LENGTH = 200  # who offered or claimed a message: a name, or host:pid[:thread]
+EVENT_KIND_LENGTH = 20
 
 
 class QueueId(sa.BigInteger):
@@ -76,7 +78,7 @@ def _payload_default(type_, compiler, **kw):
 
 
 # the schema version this code reads and writes: the newest migration's revision
-SCHEMA_VERSION = "0004"
+SCHEMA_VERSION = "0005"
 
 
 class _Column(NamedTuple):
@@ -100,6 +102,7 @@ class _TableSpec(NamedTuple):
     since: str
     columns: tuple[_Column, ...]
     indexes: tuple[_Index, ...]
+    optional: bool = False  # made only when asked for (the history table)
 
     def name(self, table_name: str) -> str:
         return table_name + self.suffix
@@ -192,6 +195,10 @@ QUEUE = _TableSpec("", "0001", (
                                       server_default=sa.text("0"))),
     # messages of one group are handled one at a time, in order
     _Column("0004", lambda: sa.Column("group_key", QueueKey(KEY_LENGTH), nullable=True)),
+    # who offered the message and, while it is claimed, who holds it: written by queues that
+    # keep history (or when given), empty otherwise
+    _Column("0005", lambda: sa.Column("enqueued_by", QueueKey(ACTOR_LENGTH), nullable=True)),
+    _Column("0005", lambda: sa.Column("claimed_by", QueueKey(ACTOR_LENGTH), nullable=True)),
 ), (
     _Index("_kind_key_uq", ("pkind", "pkey"), unique=True),
     # the earliest due time (next_due, stats); id makes equal due times first-in first-out
@@ -223,6 +230,7 @@ DEAD = _TableSpec("_dead", "0002", (
     _Column("0004", lambda: sa.Column("priority", sa.Integer(), nullable=False,
                                       server_default=sa.text("0"))),
     _Column("0004", lambda: sa.Column("group_key", QueueKey(KEY_LENGTH), nullable=True)),
+    _Column("0005", lambda: sa.Column("enqueued_by", QueueKey(ACTOR_LENGTH), nullable=True)),
 ), (
     _Index("_kind_ix", ("pkind", "failed_at", "id")),
 ))
@@ -252,7 +260,27 @@ SETTINGS = _TableSpec("_settings", "0004", (
     _Column("0004", lambda: sa.Column("max_in_flight", sa.Integer(), nullable=True)),
 ), ())
 
-TABLES = (QUEUE, DEAD, GROUPS, SETTINGS)
+# a message's timeline, kept after it is done: one row per event (offered, claimed, acked...),
+# written in the transaction of the change it records, by queues that keep history. Made only
+# when asked for (create_schema(history=True), -x history=true)
+HISTORY = _TableSpec("_history", "0005", (
+    _Column("0005", lambda: sa.Column("id", QueueId(), sa.Identity(), primary_key=True,
+                                      autoincrement=True)),
+    _Column("0005", lambda: sa.Column("pkind", QueueKey(KIND_LENGTH), nullable=False)),
+    _Column("0005", lambda: sa.Column("pkey", QueueKey(KEY_LENGTH), nullable=False)),
+    _Column("0005", lambda: sa.Column("at", sa.BigInteger(), nullable=False)),
+    _Column("0005", lambda: sa.Column("kind", sa.String(EVENT_KIND_LENGTH), nullable=False)),
+    _Column("0005", lambda: sa.Column("actor", QueueKey(ACTOR_LENGTH), nullable=True)),
+    _Column("0005", lambda: sa.Column("attempt", sa.Integer(), nullable=True)),
+    _Column("0005", lambda: sa.Column("detail", QueueText(ERROR_LENGTH), nullable=True)),
+), (
+    # a key's events in the order they were written
+    _Index("_key_ix", ("pkind", "pkey", "id"), since="0005"),
+    # pruning a queue's old events
+    _Index("_kind_at_ix", ("pkind", "at"), since="0005"),
+), optional=True)
+
+TABLES = (QUEUE, DEAD, GROUPS, SETTINGS, HISTORY)
 
 
 def queue_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
@@ -283,10 +311,19 @@ def settings_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa
     return SETTINGS.table(metadata, table_name)
 
 
-def schema_tables(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> list[sa.Table]:
-    """Every table of queue table name ``table_name``, newest shape, in ``metadata``."""
+def history_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
+    """The event history of queue table ``table_name``: ``<table_name>_history``."""
     _check_table_name(table_name)
-    return [spec.table(metadata, table_name) for spec in TABLES]
+    return HISTORY.table(metadata, table_name)
+
+
+def schema_tables(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE, *,
+                  history: bool = True) -> list[sa.Table]:
+    """Every table of queue table name ``table_name``, newest shape, in ``metadata`` (the
+    history table unless ``history`` is False)."""
+    _check_table_name(table_name)
+    return [spec.table(metadata, table_name) for spec in TABLES
+            if history or not spec.optional]
 
 
 # storage presets for create_schema(tuning=...): "high-churn" suits a table whose rows are
@@ -295,30 +332,31 @@ TUNING_PRESETS = ("high-churn",)
 
 
 def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
-                  tuning: str | None = None) -> sa.Table:
+                  tuning: str | None = None, history: bool = False) -> sa.Table:
     """Create the queue tables, or upgrade them to this version's schema, keeping every
     message (idempotent): the package's Alembic migrations, run on ``engine``. ``tuning``
-    applies a storage preset to a table it creates."""
+    applies a storage preset to a table it creates; ``history`` adds the event history table
+    (``<table>_history``) for queues that keep history, now or later."""
     from .migrate import upgrade
 
     _check_table_name(table_name)
     tuning_check(tuning)
     with engine.begin() as conn:
-        upgrade(conn, table_name, tuning)
+        upgrade(conn, table_name, tuning, history)
     with engine.connect() as conn:
         _after_create(conn)
     return queue_table(sa.MetaData(), table_name)
 
 
 async def create_schema_async(engine, *, table_name: str = DEFAULT_TABLE,
-                              tuning: str | None = None) -> sa.Table:
+                              tuning: str | None = None, history: bool = False) -> sa.Table:
     """``create_schema`` for an asyncio ``AsyncEngine``: the same migrations, on its driver."""
     from .migrate import upgrade
 
     _check_table_name(table_name)
     tuning_check(tuning)
     async with _async_engine(engine, "create_schema").begin() as conn:
-        await conn.run_sync(upgrade, table_name, tuning)
+        await conn.run_sync(upgrade, table_name, tuning, history)
     async with engine.connect() as conn:
         await conn.run_sync(_after_create)
     return queue_table(sa.MetaData(), table_name)
@@ -382,39 +420,59 @@ def tuning_ddl(dialect: sa.Dialect, table_name: str, tuning: str | None) -> list
 # ---- Alembic: sqldelay's own migrations (the package's migrations/) and yours -----------
 
 def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None = None,
-                    revision: str = SCHEMA_VERSION) -> None:
+                    revision: str = SCHEMA_VERSION, history: bool = False) -> None:
     """Create every sqldelay table of ``table_name`` from inside your own Alembic migration,
     as schema version ``revision`` has them (default: this version's), with a tuning preset
-    as ``create_schema`` takes it. Later versions: ``upgrade_table_op``."""
+    as ``create_schema`` takes it, and the history table when ``history``. Later versions:
+    ``upgrade_table_op``."""
     _check_table_name(table_name)
     ddl = tuning_ddl(op.get_context().dialect, table_name, tuning)
     for spec in TABLES:
-        if spec.since <= revision:
+        if spec.since <= revision and (history or not spec.optional):
             spec.create_op(op, table_name, revision)
     for statement in ddl:
         op.execute(statement)
 
 
-def upgrade_table_op(op, table_name: str, revision: str) -> None:
+def upgrade_table_op(op, table_name: str, revision: str, *, history: bool = False) -> None:
     """Schema version ``revision``'s step (one of ``migrations/versions``), for your own
-    migrations: run each version's step in order to go from one version to another."""
+    migrations: run each version's step in order to go from one version to another. The
+    history table is made by its version's step only when ``history``; ``create_history_op``
+    adds it later."""
     _check_table_name(table_name)
     for spec in TABLES:
-        spec.upgrade_op(op, table_name, revision)
+        if history or not spec.optional:
+            spec.upgrade_op(op, table_name, revision)
 
 
 def downgrade_table_op(op, table_name: str, revision: str) -> None:
-    """The undoing of ``upgrade_table_op(op, table_name, revision)``."""
+    """The undoing of ``upgrade_table_op(op, table_name, revision)`` (a history table that
+    was never made is passed over)."""
     _check_table_name(table_name)
     for spec in reversed(TABLES):
+        if spec.optional and spec.since == revision and not _exists(op, spec.name(table_name)):
+            continue
         spec.downgrade_op(op, table_name, revision)
+
+
+def create_history_op(op, table_name: str = DEFAULT_TABLE) -> None:
+    """Add the history table to a schema at this version that was made without it."""
+    _check_table_name(table_name)
+    HISTORY.create_op(op, table_name, SCHEMA_VERSION)
 
 
 def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """The downgrade of ``create_table_op``: every sqldelay table of ``table_name``."""
     _check_table_name(table_name)
     for spec in reversed(TABLES):
-        op.drop_table(spec.name(table_name))
+        if not spec.optional or _exists(op, spec.name(table_name)):
+            op.drop_table(spec.name(table_name))
+
+
+def _exists(op, name: str) -> bool:
+    """Whether table ``name`` exists; offline (SQL output) it is taken to."""
+    context = op.get_context()
+    return context.as_sql or sa.inspect(op.get_bind()).has_table(name)
 
 
 def widen_error_text_op(op, table_name: str = DEFAULT_TABLE) -> None:

@@ -155,6 +155,8 @@ class Worker(WorkerBase):
         if self.wake_ups and not until_idle:
             for i, group in enumerate(self.listening_groups()):
                 helpers.append(spawn(partial(self._listen_loop, group), f"sqldelay-listen-{i}"))
+        if self.pruned_queues() and not until_idle:
+            helpers.append(spawn(self._prune_loop, "sqldelay-prune"))
         return helpers
 
     # ---- at-least-once -----------------------------------------------------------------------
@@ -228,9 +230,9 @@ class Worker(WorkerBase):
         for name, count in turns:
             queue = self.queues[name]
             if connection is None:
-                batch = self._patiently(partial(queue.poll_many, count))
+                batch = self._patiently(partial(queue.poll_many, count, by=self.name))
             else:
-                batch = queue.poll_many(count, connection=connection)
+                batch = queue.poll_many(count, by=self.name, connection=connection)
             if batch is None:
                 return None
             with self._lock:
@@ -380,7 +382,7 @@ class Worker(WorkerBase):
         queue = self.queues[name]
         with queue.engine.connect() as conn:
             run_op(conn, queue.dao.begin_write)
-            batch = queue.poll_many(count, connection=conn)
+            batch = queue.poll_many(count, by=self.name, connection=conn)
             with self._lock:
                 self._rotation.claimed(name, len(batch), time.monotonic())
             if not batch:
@@ -429,7 +431,8 @@ class Worker(WorkerBase):
             if letters.bury(envelope, error_text(error), connection=conn):
                 self._events.emit("dead_lettered", envelope, error)
             return
-        envelope.queue.release(envelope, delay=delay, connection=conn)
+        envelope.queue.release(envelope, delay=delay, error=error_text(error),
+                               connection=conn)
         self._events.emit("failed", envelope, error, delay)
 
     # ---- sleeping, heartbeats, wake-ups -----------------------------------------------------
@@ -459,6 +462,18 @@ class Worker(WorkerBase):
                     envelope.extend()
                 except Exception as exc:  # the next beat tries again; the lock may yet hold
                     log.warning("heartbeat could not extend %s: %s", envelope.key, exc)
+
+    def _prune_loop(self) -> None:
+        """Prune the history of the queues kept for a retention, now and every
+        ``prune_every``, in bounded batches."""
+        while True:
+            for queue in self.pruned_queues():
+                try:
+                    self._patiently(queue.prune_history)
+                except Exception:  # the next round tries again
+                    log.exception("could not prune the history of queue %s", queue.name)
+            if wait_event(self._stop, self.prune_every.total_seconds()):
+                return
 
     def _listen_loop(self, queues: list[DelayedQueue]) -> None:
         first = queues[0]

@@ -153,6 +153,8 @@ class AsyncWorker(WorkerBase):
         if self.wake_ups and not until_idle:
             for i, group in enumerate(self.listening_groups()):
                 helpers.append(spawn(partial(self._listen_loop, group), f"sqldelay-listen-{i}"))
+        if self.pruned_queues() and not until_idle:
+            helpers.append(spawn(self._prune_loop, "sqldelay-prune"))
         return helpers
 
     # ---- at-least-once -----------------------------------------------------------------------
@@ -226,9 +228,9 @@ class AsyncWorker(WorkerBase):
         for name, count in turns:
             queue = self.queues[name]
             if connection is None:
-                batch = await self._patiently(partial(queue.poll_many, count))
+                batch = await self._patiently(partial(queue.poll_many, count, by=self.name))
             else:
-                batch = await queue.poll_many(count, connection=connection)
+                batch = await queue.poll_many(count, by=self.name, connection=connection)
             if batch is None:
                 return None
             async with self._lock:
@@ -378,7 +380,7 @@ class AsyncWorker(WorkerBase):
         queue = self.queues[name]
         async with queue.engine.connect() as conn:
             await run_op(conn, queue.dao.begin_write)
-            batch = await queue.poll_many(count, connection=conn)
+            batch = await queue.poll_many(count, by=self.name, connection=conn)
             async with self._lock:
                 self._rotation.claimed(name, len(batch), time.monotonic())
             if not batch:
@@ -427,7 +429,8 @@ class AsyncWorker(WorkerBase):
             if await letters.bury(envelope, error_text(error), connection=conn):
                 self._events.emit("dead_lettered", envelope, error)
             return
-        await envelope.queue.release(envelope, delay=delay, connection=conn)
+        await envelope.queue.release(envelope, delay=delay, error=error_text(error),
+                                     connection=conn)
         self._events.emit("failed", envelope, error, delay)
 
     # ---- sleeping, heartbeats, wake-ups -----------------------------------------------------
@@ -457,6 +460,18 @@ class AsyncWorker(WorkerBase):
                     await envelope.extend()
                 except Exception as exc:  # the next beat tries again; the lock may yet hold
                     log.warning("heartbeat could not extend %s: %s", envelope.key, exc)
+
+    async def _prune_loop(self) -> None:
+        """Prune the history of the queues kept for a retention, now and every
+        ``prune_every``, in bounded batches."""
+        while True:
+            for queue in self.pruned_queues():
+                try:
+                    await self._patiently(queue.prune_history)
+                except Exception:  # the next round tries again
+                    log.exception("could not prune the history of queue %s", queue.name)
+            if await wait_event(self._stop, self.prune_every.total_seconds()):
+                return
 
     async def _listen_loop(self, queues: list[AsyncDelayedQueue]) -> None:
         first = queues[0]

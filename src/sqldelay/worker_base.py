@@ -37,6 +37,7 @@ from .checks import check_positive_int
 from .clock import duration_ms
 from .dialects import ErrorKind
 from .errors import InvalidArgumentError
+from .history import check_actor
 from .listeners import Listeners, LoggingListener, WorkerListener
 from .retry import RetryPolicy
 
@@ -71,8 +72,13 @@ class WorkerBase:
                  heartbeat: timedelta | None = None,
                  listeners: Sequence[WorkerListener] | None = None,
                  wake_ups: bool = True,
-                 limits: Mapping[str, int] | None = None) -> None:
+                 limits: Mapping[str, int] | None = None,
+                 name: str | None = None,
+                 prune_every: timedelta | None = timedelta(minutes=10)) -> None:
         self.queues = self._named_queues(queues)
+        check_actor(name, "name")
+        if prune_every is not None and duration_ms(prune_every, "prune_every") < 1:
+            raise InvalidArgumentError("prune_every must be positive (or None: never)")
         limits = dict(limits or {})
         for name, limit in limits.items():
             if name not in self.queues:
@@ -121,6 +127,10 @@ class WorkerBase:
         self.grace_period = grace_period
         self.heartbeat = heartbeat
         self.wake_ups = wake_ups
+        # who claims, in the history and in claimed_by (None: each thread or task by name)
+        self.name = name
+        # how often the queues that keep history for a retention are pruned (None: never)
+        self.prune_every = prune_every
         self._events = Listeners(listeners)
 
     def __repr__(self) -> str:
@@ -152,6 +162,13 @@ class WorkerBase:
             if not isinstance(name, str) or not name:
                 raise InvalidArgumentError(f"queue names must be non-empty str, got {name!r}")
         return named
+
+    def pruned_queues(self) -> list[Any]:
+        """The queues whose history this worker prunes: those kept for a retention."""
+        if self.prune_every is None:
+            return []
+        return [q for q in self.queues.values()
+                if q.history_settings is not None and q.history_settings.retention is not None]
 
     def retry_delay(self, attempt: int) -> timedelta | None:
         """How long a message whose attempt ``attempt`` failed waits; None: bury it."""

@@ -52,21 +52,40 @@ def _drop_version_table(engine, name: str) -> None:
         conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}_alembic"))
 
 
-def test_the_migrations_build_what_the_code_declares(backend_url, engine):
+@pytest.mark.parametrize("history", [True, False], ids=["with-history", "without-history"])
+def test_the_migrations_build_what_the_code_declares(backend_url, engine, history):
     declared, migrated = unique_name("sqdc"), unique_name("sqdm")
     metadata = sa.MetaData()
-    schema_tables(metadata, declared)
+    schema_tables(metadata, declared, history=history)
     metadata.create_all(engine)
     try:
-        alembic(backend_url, migrated, "upgrade", "head")
+        alembic(backend_url, migrated, "-x", f"history={str(history).lower()}", "upgrade", "head")
         expected = shape(backend_url, declared)
-        assert {"", "_dead", "_groups", "_settings"} == set(expected)
+        assert {"", "_dead", "_groups", "_settings"} | ({"_history"} if history else set()) \
+            == set(expected)
         assert shape(backend_url, migrated) == expected
         alembic(backend_url, migrated, "downgrade", "base")
         assert shape(backend_url, migrated) == {}
     finally:
         metadata.drop_all(engine)
         _drop_version_table(engine, migrated)
+
+
+def test_history_can_be_added_to_a_schema_made_without_it(engine):
+    name = unique_name("sqdh")
+    try:
+        create_schema(engine, table_name=name)
+        queue = DelayedQueue(engine, "orders", table_name=name)
+        queue.offer("before", 1)
+        assert "_history" not in shape(engine.url.render_as_string(hide_password=False), name)
+        create_schema(engine, table_name=name, history=True)
+        recorded = DelayedQueue(engine, "orders", table_name=name, history=True)
+        assert recorded.get("before").payload == 1  # kept
+        recorded.offer("after", 2)
+        assert [e.kind.value for e in recorded.history("after")] == ["offered"]
+        assert recorded.history("before") == []  # offered before history was kept
+    finally:
+        drop_schema(engine, table_name=name)
 
 
 def test_migration_takes_the_tuning_preset_and_refuses_an_unknown_one(backend_url, engine):

@@ -198,8 +198,8 @@ def test_the_prefix_delete_escapes_wildcards_and_compiles_on_every_dialect(name)
     url, grammar = GRAMMARS[name]
     dialect = sa.make_url(url).get_dialect()(paramstyle="named")
     dao = REGISTRY[name](queue_table(sa.MetaData()))
-    stmt = dao.delete_key_prefix("q|json", "5%_[x]!/", 1000, keep_prefix="5%_[x]!/h/",
-                                 only_future=True)
+    stmt = sa.delete(dao.table).where(*dao.key_prefix_deletable(
+        "q|json", "5%_[x]!/", 1000, keep_prefix="5%_[x]!/h/", only_future=True))
     compiled = stmt.compile(dialect=dialect)
     sql = " ".join(str(compiled).split())
     bracket = "![" if name == "mssql" else "["  # a character class only on SQL Server

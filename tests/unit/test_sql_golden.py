@@ -32,7 +32,7 @@ ROWS = [OfferRow("new", b"{}", 1000, True), OfferRow("changed", b"[1]", 2000, Tr
         OfferRow("kept", b"[2]", 3000, False)]
 # id, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries, priority,
 # group_key
-CLAIMED = (7, "k", b"{}", 10, 10, 5, 0, 0, None)
+CLAIMED = (7, "k", b"{}", 10, 10, 5, 0, 0, None, None, None, None)
 
 
 def emitted(name: str) -> list[tuple[str, str]]:

@@ -52,7 +52,9 @@ def test_schema_ddl(dao):
         "scheduled_at_initially BIGINT NOT NULL, lock_uuid VARCHAR(36) NULL, "
         "created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, "
         "priority INTEGER NOT NULL DEFAULT 0, "
-        "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )",
+        "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, "
+        "enqueued_by NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, "
+        "claimed_by NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )",
         "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
         "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key, priority DESC, "
         "scheduled_at_initially, id)",
@@ -75,7 +77,8 @@ def test_dead_letter_ddl_holds_2000_characters_of_any_text(dao):
         "created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, "
         "last_error NVARCHAR(4000) NULL, failed_at BIGINT NOT NULL, "
         "priority INTEGER NOT NULL DEFAULT 0, "
-        "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )"
+        "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, "
+        "enqueued_by NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )"
     )
     assert_tsql([statement])
 
@@ -119,20 +122,26 @@ def test_a_full_offer_chunk_is_one_insert_statement_under_the_parameter_limit(da
 
 
 def test_claim_is_one_statement_with_table_hints(dao):
-    claimed = [(7, "b", b"pb", 30, 30, 1, 1, 0, None), (3, "a", b"pa", 20, 20, 1, 2, 0, None),
-               (5, "c", b"pc", 40, 40, 1, 1, 9, None)]
+    # OUTPUT rows: id, key, payload, due, initially, created, attempt, priority, group,
+    # enqueued_by, the lock and holder before the claim
+    claimed = [(7, "b", b"pb", 30, 30, 1, 1, 0, None, None, None, None),
+               (3, "a", b"pa", 20, 20, 1, 2, 0, None, "shop", "old-lock", "w1"),
+               (5, "c", b"pc", 40, 40, 1, 1, 9, None, None, None, None)]
     conn = RecordingConnection(DIALECT, results=[claimed])
     rows = dao.claim(conn, "q|json", 100, 3, "lock-1", 400)
     assert [(r.id, r.key, r.payload, r.due_ms, r.deliveries) for r in rows] == [
         (5, "c", b"pc", 40, 1), (3, "a", b"pa", 20, 2), (7, "b", b"pb", 30, 1)
     ]  # claim order (priority, then due time), whatever OUTPUT's order
+    assert (rows[1].enqueued_by, rows[1].previous_lock, rows[1].previous_holder) == (
+        "shop", "old-lock", "w1")
     ((stmt, params),) = conn.executed
     assert params == {"limit": 3, "b_kind": "q|json", "b_now": 100, "lock": "lock-1",
                       "until": 400}
     statements = sent(conn)
     assert statements == [
         "WITH picked AS (SELECT TOP (:limit) id, pkey, payload, scheduled_at, "
-        "scheduled_at_initially, created_at, deliveries, lock_uuid, priority, group_key "
+        "scheduled_at_initially, created_at, deliveries, lock_uuid, priority, group_key, "
+        "enqueued_by, claimed_by "
         "FROM dq WITH (ROWLOCK, UPDLOCK, READPAST) "
         "WHERE pkind = :b_kind AND scheduled_at <= :b_now AND NOT (EXISTS (SELECT * "
         "FROM dq_settings WHERE dq_settings.pkind = :b_kind AND (dq_settings.paused != 0 OR "
@@ -142,12 +151,13 @@ def test_claim_is_one_statement_with_table_hints(dao):
         "deliveries = deliveries + 1 "
         "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
         "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries, "
-        "inserted.priority, inserted.group_key"]
+        "inserted.priority, inserted.group_key, inserted.enqueued_by, deleted.lock_uuid, "
+        "deleted.claimed_by"]
     assert_tsql(statements)
 
 
 def test_claim_binds_the_kind_as_national_text(dao):
-    kind = dao._claim_statement(("guard",)).compile(dialect=DIALECT).binds["b_kind"].type
+    kind = dao._claim_statement(("guard",), False).compile(dialect=DIALECT).binds["b_kind"].type
     assert isinstance(kind.dialect_impl(DIALECT), sa.Unicode)
 
 
@@ -191,7 +201,7 @@ def test_reads_and_small_writes(dao):
         "AND dq.lock_uuid = :lock_uuid_1",
         "SELECT dq.id, dq.pkind, dq.pkey, dq.payload, dq.scheduled_at, "
         "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries, dq.priority, "
-        "dq.group_key FROM dq "
+        "dq.group_key, dq.enqueued_by, dq.claimed_by FROM dq "
         "WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "SELECT :param_1 AS anon_1 FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "DELETE FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",

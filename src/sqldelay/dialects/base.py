@@ -76,6 +76,11 @@ class ClaimedRow:
     deliveries: int  # after the claim: the attempt number
     priority: int = 0
     group: str | None = None
+    enqueued_by: str | None = None
+    # the lock and holder the row had before this claim: set when an earlier holder's lock
+    # expired (a message released or never claimed has none)
+    previous_lock: str | None = None
+    previous_holder: str | None = None
 
 
 class QueueDao(FlowControl):
@@ -111,18 +116,20 @@ class QueueDao(FlowControl):
         # in the order of ClaimedRow's fields
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
                                t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
-                               t.c.priority, t.c.group_key)
+                               t.c.priority, t.c.group_key, t.c.enqueued_by, t.c.lock_uuid,
+                               t.c.claimed_by)
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
                                        t.c.lock_uuid == sa.bindparam("lock"))
         self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
                                             t.c.id.in_(sa.bindparam("ids", expanding=True)))
         self._init_flow()
-        self._mark_claimed = (
-            sa.update(t)
-            .where(t.c.id.in_(sa.bindparam("ids", expanding=True)))
-            .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
-                    deliveries=t.c.deliveries + 1)
-        )
+        mark = (sa.update(t)
+                .where(t.c.id.in_(sa.bindparam("ids", expanding=True)))
+                .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
+                        deliveries=t.c.deliveries + 1))
+        # by whether the claim names its holder (queues that keep history)
+        self._mark_claimed = {False: mark,
+                              True: mark.values(claimed_by=sa.bindparam("actor"))}
 
     # ---- hooks around transactions and errors -------------------------------------------
 
@@ -214,8 +221,9 @@ class QueueDao(FlowControl):
         return False
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-              now_ms: int) -> list[OfferOutcome]:
-        """Insert or update ``rows`` (distinct keys, at most ``offer_chunk``).
+              now_ms: int, actor: str | None = None) -> list[OfferOutcome]:
+        """Insert or update ``rows`` (distinct keys, at most ``offer_chunk``); the messages
+        written say they were enqueued by ``actor`` when it is given.
 
         Lock the existing rows first, so what is compared is what gets updated; insert the
         absent keys; if a concurrent producer inserted one of them in between, the duplicate
@@ -231,13 +239,13 @@ class QueueDao(FlowControl):
                        if r.key in existing and r.update and existing[r.key] != r.state()]
             if new:
                 try:
-                    self.insert_new(conn, pkind, new, now_ms)
+                    self.insert_new(conn, pkind, new, now_ms, actor)
                 except sa.exc.IntegrityError as exc:
                     if self.classify(exc) is ErrorKind.DUPLICATE_KEY:
                         continue
                     raise
             if changed:
-                conn.execute(*self.update_changed(pkind, changed, now_ms))
+                conn.execute(*self.update_changed(pkind, changed, now_ms, actor))
             created = {r.key for r in new}
             updated = {r.key for r in changed}
             return [OfferOutcome.CREATED if r.key in created
@@ -245,30 +253,33 @@ class QueueDao(FlowControl):
                     else OfferOutcome.IGNORED for r in rows]
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                   now_ms: int) -> None:
+                   now_ms: int, actor: str | None) -> None:
         """Insert rows all or nothing: one multi-row statement, which a duplicate key undoes
         whole. (Driver executemany can run row by row, or split a large batch, and leave the
         rows before a failure, which the retry round would then take for someone else's.)"""
-        params = self.row_params(pkind, rows, now_ms)
+        params = self.row_params(pkind, rows, now_ms, actor)
         if not self.precompiled_insert:
             conn.execute(sa.insert(self.table).values(params))
             return
         # SQLAlchemy spends most of such an offer building and compiling the statement's
         # hundreds of bound parameters; its text depends only on the row count, so it is
         # compiled once per count and the driver gets the values as they are
-        sql, names = self._multirow_insert(conn.dialect, len(rows))
-        values = [row[column] for row in params for column in _INSERT_COLUMNS]
+        columns = [c.name for c in self.table.columns if c.name in params[0]]  # table order
+        sql, names = self._multirow_insert(conn.dialect, len(rows), columns)
+        values = [row[column] for row in params for column in columns]
         conn.exec_driver_sql(
             sql, tuple(values) if names is None else dict(zip(names, values, strict=True)))
 
-    def _multirow_insert(self, dialect: sa.Dialect, n: int) -> tuple[str, list[str] | None]:
-        """The SQL of an n-row INSERT and its parameter names (None: positional, in order)."""
-        key = (dialect.paramstyle, n)
+    def _multirow_insert(self, dialect: sa.Dialect, n: int,
+                         columns: Sequence[str]) -> tuple[str, list[str] | None]:
+        """The SQL of an n-row INSERT of ``columns`` and its parameter names (None:
+        positional, in order)."""
+        key = (dialect.paramstyle, n, tuple(columns))
         if key not in self._insert_sql:
             stmt = sa.insert(self.table).values([
-                {c: sa.bindparam(f"{c}_{i}") for c in _INSERT_COLUMNS} for i in range(n)])
+                {c: sa.bindparam(f"{c}_{i}") for c in columns} for i in range(n)])
             compiled = stmt.compile(dialect=dialect)
-            names = [f"{c}_{i}" for i in range(n) for c in _INSERT_COLUMNS]
+            names = [f"{c}_{i}" for i in range(n) for c in columns]
             if compiled.positional:
                 assert list(compiled.positiontup) == names  # the order the values come in
                 names = None
@@ -285,8 +296,8 @@ class QueueDao(FlowControl):
                        t.c.pkey.in_(sa.bindparam("keys", list(keys), expanding=True)))
                 .with_for_update())
 
-    def update_changed(self, pkind: str, rows: Sequence[OfferRow],
-                       now_ms: int) -> tuple[sa.Executable, list[dict] | None]:
+    def update_changed(self, pkind: str, rows: Sequence[OfferRow], now_ms: int,
+                       actor: str | None) -> tuple[sa.Executable, list[dict] | None]:
         """Replace existing (locked) rows: new payload and due time, lock voided, attempts
         reset. Returns the statement and its parameters."""
         t = self.table
@@ -296,55 +307,68 @@ class QueueDao(FlowControl):
                         scheduled_at_initially=sa.bindparam("a"), created_at=now_ms,
                         lock_uuid=None, deliveries=0, priority=sa.bindparam("r"),
                         group_key=sa.bindparam("g")))
+        if actor is not None:
+            stmt = stmt.values(enqueued_by=actor)
         return stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms, "r": r.priority,
                        "g": r.group} for r in rows]
 
     @staticmethod
-    def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int) -> list[dict]:
+    def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int,
+                   actor: str | None = None) -> list[dict]:
+        """The column values of new rows (``enqueued_by`` only when ``actor`` is given)."""
+        extra = {} if actor is None else {"enqueued_by": actor}
         return [{"pkind": pkind, "pkey": r.key, "payload": r.payload, "scheduled_at": r.at_ms,
                  "scheduled_at_initially": r.at_ms, "created_at": now_ms, "lock_uuid": None,
-                 "deliveries": 0, "priority": r.priority, "group_key": r.group} for r in rows]
+                 "deliveries": 0, "priority": r.priority, "group_key": r.group, **extra}
+                for r in rows]
 
     # ---- claim ---------------------------------------------------------------------------
 
     def claim(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
-              until_ms: int) -> list[ClaimedRow]:
-        """Lock up to ``limit`` due rows in claim order and mark them claimed by ``lock``."""
-        return self.claim_checked(conn, pkind, now_ms, limit, lock, until_ms)[0]
+              until_ms: int, actor: str | None = None) -> list[ClaimedRow]:
+        """Lock up to ``limit`` due rows in claim order and mark them claimed by ``lock``
+        (and held by ``actor``, when given)."""
+        return self.claim_checked(conn, pkind, now_ms, limit, lock, until_ms, actor)[0]
 
     def claim_checked(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                      lock: str, until_ms: int) -> tuple[list[ClaimedRow], bool]:
+                      lock: str, until_ms: int,
+                      actor: str | None = None) -> tuple[list[ClaimedRow], bool]:
         """``claim``, and whether the queue is under flow control.
 
         A queue without flow control is claimed by the plain claim alone, whose guard lets it
         claim nothing when the queue has an active settings row; then the controlled claim
         (``flow``) runs, in a transaction (NeedsTransaction where ``conn`` has none)."""
-        rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("guard",))
+        rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("guard",), actor)
         if rows:
             return rows, False
         control = self.read_control(conn, pkind)
         if control is None or not control.active:
             return [], False
         self.require_transaction(conn)
-        return self.claim_controlled(conn, pkind, control, now_ms, limit, lock, until_ms), True
+        return self.claim_controlled(conn, pkind, control, now_ms, limit, lock, until_ms,
+                                     actor), True
 
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                    lock: str, until_ms: int, where: Sequence[str]) -> list[ClaimedRow]:
+                    lock: str, until_ms: int, where: Sequence[str],
+                    actor: str | None = None) -> list[ClaimedRow]:
         """Claim up to ``limit`` due rows meeting the claim conditions ``where`` (see
         ``due_conditions``), in claim order."""
         picked = self.pick_due(conn, pkind, now_ms, limit, where)
-        self.mark_claimed(conn, [r[0] for r in picked], lock, until_ms)
+        self.mark_claimed(conn, [r[0] for r in picked], lock, until_ms, actor)
         return [self.claimed_row(r) for r in picked]
 
     def mark_claimed(self, conn: sa.Connection, ids: Sequence[int], lock: str,
-                     until_ms: int) -> None:
+                     until_ms: int, actor: str | None) -> None:
+        stmt = self._mark_claimed[actor is not None]
+        by = {} if actor is None else {"actor": actor}
         for chunk in chunked(ids, self.in_list_max):
-            conn.execute(self._mark_claimed, {"ids": chunk, "lock": lock, "until": until_ms})
+            conn.execute(stmt, {"ids": chunk, "lock": lock, "until": until_ms, **by})
 
     @staticmethod
     def claimed_row(r: Sequence) -> ClaimedRow:
         """A ClaimedRow from a row of ``_claim_columns`` read before it was marked claimed."""
-        return ClaimedRow(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6] + 1, r[7], r[8])
+        return ClaimedRow(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6] + 1, r[7], r[8],
+                          r[9], r[10], r[11])
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence]:
@@ -370,6 +394,28 @@ class QueueDao(FlowControl):
     def ack_many(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
         return sum(conn.execute(self._ack_many, {"lock": lock, "ids": chunk}).rowcount
                    for chunk in chunked(ids, self.in_list_max))
+
+    # DELETE … RETURNING (SQL Server: OUTPUT) tells which rows went, in the one statement
+    delete_returning: ClassVar[bool] = False
+
+    def delete_which(self, conn: sa.Connection, *where: sa.ColumnElement[bool]) -> list[str]:
+        """Delete the messages meeting ``where`` and return their keys (for their history
+        events): one DELETE … RETURNING, or where there is none, a locking read of them and
+        their deletion by id, so what is returned is exactly what went."""
+        t = self.table
+        if self.delete_returning:
+            return list(conn.execute(sa.delete(t).where(*where).returning(t.c.pkey)).scalars())
+        rows = conn.execute(self.lock_rows(sa.select(t.c.id, t.c.pkey).where(*where), t,
+                                           skip=False)).all()
+        for chunk in chunked([r.id for r in rows], self.in_list_max):
+            conn.execute(sa.delete(t).where(t.c.id.in_(chunk)))
+        return [r.pkey for r in rows]
+
+    def ack_many_which(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> set[str]:
+        """``ack_many`` that says which messages (by key) were deleted."""
+        t = self.table
+        return {key for chunk in chunked(ids, self.in_list_max)
+                for key in self.delete_which(conn, t.c.lock_uuid == lock, t.c.id.in_(chunk))}
 
     def move_locked(self, row_id: int, lock: str, scheduled_at: int,
                     keep_lock: bool) -> sa.Update:
@@ -398,6 +444,17 @@ class QueueDao(FlowControl):
         t = self.table
         return sa.delete(t).where(t.c.pkind == pkind)
 
+    def delete_kind_batch(self, conn: sa.Connection, pkind: str) -> list[str]:
+        """Delete up to ``in_list_max`` messages of ``pkind``, locking them first; returns
+        their keys (``clear`` of a queue that keeps history, batch by batch)."""
+        t = self.table
+        rows = conn.execute(self.lock_rows(
+            sa.select(t.c.id, t.c.pkey).where(t.c.pkind == pkind).order_by(t.c.id)
+            .limit(self.in_list_max), t, skip=False)).all()
+        if rows:
+            conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
+        return [r.pkey for r in rows]
+
     def select_next_due(self, pkind: str) -> sa.Select:
         """The earliest due time (or lock expiry) of a queue: one step down its due index."""
         t = self.table
@@ -411,9 +468,11 @@ class QueueDao(FlowControl):
         escaped = "".join(LIKE_ESCAPE + c if c in special else c for c in prefix)
         return column.like(escaped + "%", escape=LIKE_ESCAPE)
 
-    def delete_key_prefix(self, pkind: str, prefix: str, now_ms: int, *,
-                          keep_prefix: str | None = None, only_future: bool = False) -> sa.Delete:
-        """Delete the messages whose key starts with ``prefix``, except in-flight ones.
+    def key_prefix_deletable(self, pkind: str, prefix: str, now_ms: int, *,
+                             keep_prefix: str | None = None,
+                             only_future: bool = False) -> list[sa.ColumnElement[bool]]:
+        """The messages whose key starts with ``prefix``, except in-flight ones: the
+        conditions of their deletion.
 
         In flight means claimed and the lock not yet expired: a consumer holds it, and deleting
         it would make its ack fail after the work was done. Keys starting with ``keep_prefix``
@@ -426,7 +485,7 @@ class QueueDao(FlowControl):
             where.append(sa.not_(self.prefix_match(t.c.pkey, keep_prefix)))
         if only_future:
             where.append(t.c.scheduled_at > now_ms)
-        return sa.delete(t).where(*where)
+        return where
 
     def select_key_prefix(self, pkind: str, prefix: str) -> sa.Select:
         """Keys, requested due times and lock state of the messages under ``prefix``."""
@@ -449,6 +508,3 @@ class QueueDao(FlowControl):
             sa.func.min(sa.case((due, t.c.scheduled_at))).label("oldest_due"),
         ).where(t.c.pkind == pkind)
 
-
-_INSERT_COLUMNS = ("pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially",
-                   "lock_uuid", "created_at", "deliveries", "priority", "group_key")

@@ -138,7 +138,8 @@ class FlowControl:
     # ---- the controlled claim -------------------------------------------------------------
 
     def claim_controlled(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
-                         limit: int, lock: str, until_ms: int) -> list:
+                         limit: int, lock: str, until_ms: int,
+                         actor: str | None = None) -> list:
         if control.paused:
             return []
         if control.limits:
@@ -155,9 +156,9 @@ class FlowControl:
                 limit = min(limit, control.max_in_flight - self._in_flight(conn, pkind, now_ms))
             if limit <= 0:
                 return []
-        rows = (self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms)
+        rows = (self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor)
                 if control.has_groups
-                else self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ()))
+                else self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, (), actor))
         if control.limits and control.rate_limit is not None:
             s = self.settings
             conn.execute(sa.update(s).where(s.c.pkind == pkind).values(
@@ -171,7 +172,7 @@ class FlowControl:
             t.c.scheduled_at > now_ms))).scalar())
 
     def _claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                       lock: str, until_ms: int) -> list:
+                       lock: str, until_ms: int, actor: str | None) -> list:
         t, g = self.table, self.groups
         # 1. free groups with due messages, in claim order, read without locks
         heads: dict[str, int] = {}
@@ -202,7 +203,7 @@ class FlowControl:
         # 4. messages without a group, as the plain claim takes them
         plain = self.pick_due(conn, pkind, now_ms, limit, ("ungrouped",))
         chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
-        self.mark_claimed(conn, [r[0] for r in chosen], lock, until_ms)
+        self.mark_claimed(conn, [r[0] for r in chosen], lock, until_ms, actor)
         taken = sorted(r[8] for r in chosen if r[8] is not None)
         for part in chunked(taken, self.in_list_max):
             conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key.in_(part))

@@ -82,6 +82,7 @@ class MSSQLQueueDao(QueueDao):
     in_list_max = 2000  # ids plus the lock and due-time parameters
     like_specials = "%_["  # "[" opens a character class in LIKE patterns here
     max_payload_bytes = 2**31 - 1  # VARBINARY(MAX)
+    delete_returning = True  # DELETE … OUTPUT deleted.id
 
     @staticmethod
     def lock_order(key: str) -> object:
@@ -91,40 +92,43 @@ class MSSQLQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        self._claims: dict[tuple[str, ...], sa.TextClause] = {}
+        self._claims: dict[tuple[tuple[str, ...], bool], sa.TextClause] = {}
 
-    def _claim_statement(self, where: tuple[str, ...]) -> sa.TextClause:
-        """The claim with the claim conditions ``where``, compiled from Core for the WHERE
-        clause (its sub-selects carry the READPAST-free reads of settings and groups)."""
-        if where not in self._claims:
+    def _claim_statement(self, where: tuple[str, ...], by: bool) -> sa.TextClause:
+        """The claim with the claim conditions ``where`` (naming its holder when ``by``),
+        compiled from Core for the WHERE clause (its sub-selects carry the READPAST-free reads
+        of settings and groups)."""
+        if (where, by) not in self._claims:
             t = self.table
             dialect = mssql.dialect(paramstyle="named")  # ":b_kind", as text() reads it
             name = dialect.identifier_preparer.quote(t.name)
             extra = "".join(
                 " AND " + str(c.compile(dialect=dialect, compile_kwargs={"literal_binds": False}))
                 for c in self.due_conditions(where))
-            self._claims[where] = sa.text(
+            holder = ", claimed_by = :actor" if by else ""
+            binds = [sa.bindparam("limit", type_=sa.Integer),
+                     sa.bindparam("b_kind", type_=sa.Unicode),  # NVARCHAR, like the column
+                     sa.bindparam("b_now", type_=sa.BigInteger),
+                     sa.bindparam("lock", type_=sa.String),
+                     sa.bindparam("until", type_=sa.BigInteger)]
+            if by:
+                binds.append(sa.bindparam("actor", type_=sa.Unicode))
+            self._claims[where, by] = sa.text(
                 "WITH picked AS ("
                 "SELECT TOP (:limit) id, pkey, payload, scheduled_at, scheduled_at_initially, "
-                "created_at, deliveries, lock_uuid, priority, group_key "
+                "created_at, deliveries, lock_uuid, priority, group_key, enqueued_by, "
+                "claimed_by "
                 f"FROM {name} WITH (ROWLOCK, UPDLOCK, READPAST) "
                 f"WHERE pkind = :b_kind AND scheduled_at <= :b_now{extra} "
                 "ORDER BY priority DESC, scheduled_at, id) "
                 "UPDATE picked SET lock_uuid = :lock, scheduled_at = :until, "
-                "deliveries = deliveries + 1 "
+                f"deliveries = deliveries + 1{holder} "
                 "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
                 "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries, "
-                "inserted.priority, inserted.group_key"
-            ).bindparams(
-                sa.bindparam("limit", type_=sa.Integer),
-                sa.bindparam("b_kind", type_=sa.Unicode),  # NVARCHAR, like the column
-                sa.bindparam("b_now", type_=sa.BigInteger),
-                sa.bindparam("lock", type_=sa.String),
-                sa.bindparam("until", type_=sa.BigInteger),
-            ).columns(t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
-                      t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
-                      t.c.priority, t.c.group_key)
-        return self._claims[where]
+                "inserted.priority, inserted.group_key, inserted.enqueued_by, "
+                "deleted.lock_uuid, deleted.claimed_by"
+            ).bindparams(*binds).columns(*self._claim_columns)
+        return self._claims[where, by]
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
@@ -152,10 +156,13 @@ class MSSQLQueueDao(QueueDao):
             self.table, "WITH (UPDLOCK, HOLDLOCK)", dialect_name="mssql")
 
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                    lock: str, until_ms: int, where: Sequence[str]) -> list[ClaimedRow]:
-        result = conn.execute(self._claim_statement(tuple(where)),
-                              {"limit": limit, "b_kind": pkind, "b_now": now_ms, "lock": lock,
-                               "until": until_ms})
+                    lock: str, until_ms: int, where: Sequence[str],
+                    actor: str | None = None) -> list[ClaimedRow]:
+        values = {"limit": limit, "b_kind": pkind, "b_now": now_ms, "lock": lock,
+                  "until": until_ms}
+        if actor is not None:
+            values["actor"] = actor
+        result = conn.execute(self._claim_statement(tuple(where), actor is not None), values)
         rows = [ClaimedRow(r[0], r[1], bytes(r[2]), *r[3:]) for r in result]
         rows.sort(key=lambda r: (-r.priority, r.due_ms, r.id))  # OUTPUT has no order of its own
         return rows

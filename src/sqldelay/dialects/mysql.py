@@ -99,17 +99,20 @@ class MySQLQueueDao(QueueDao):
         args = getattr(exc.orig, "args", ())
         return args[0] if args and isinstance(args[0], int) else None
 
-    def update_changed(self, pkind: str, rows: Sequence[OfferRow],
-                       now_ms: int) -> tuple[sa.Executable, None]:
+    def update_changed(self, pkind: str, rows: Sequence[OfferRow], now_ms: int,
+                       actor: str | None) -> tuple[sa.Executable, None]:
         # An executemany of UPDATEs is one round trip per row with PyMySQL; the rows exist and
         # are locked, so a multi-row INSERT … ON DUPLICATE KEY UPDATE is the same update in one.
-        stmt = mysql.insert(self.table).values(self.row_params(pkind, rows, now_ms))
+        stmt = mysql.insert(self.table).values(self.row_params(pkind, rows, now_ms, actor))
         new = stmt.inserted
+        by = {} if actor is None else {"enqueued_by": new.enqueued_by}
         return stmt.on_duplicate_key_update(
             payload=new.payload, scheduled_at=new.scheduled_at,
             scheduled_at_initially=new.scheduled_at_initially, created_at=new.created_at,
-            lock_uuid=None, deliveries=0, priority=new.priority, group_key=new.group_key), None
+            lock_uuid=None, deliveries=0, priority=new.priority, group_key=new.group_key,
+            **by), None
 
 
 class MariaDBQueueDao(MySQLQueueDao):
     name = "mariadb"
+    delete_returning = True  # DELETE … RETURNING, which MySQL lacks

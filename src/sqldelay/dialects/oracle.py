@@ -100,11 +100,11 @@ class OracleQueueDao(QueueDao):
         op.alter_column(table_name, "last_error_clob", new_column_name="last_error")
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                   now_ms: int) -> None:
+                   now_ms: int, actor: str | None) -> None:
         # no multi-row VALUES here, and a failed array insert keeps the rows before the
         # failing one: a savepoint makes the executemany all or nothing
         with conn.begin_nested():
-            conn.execute(sa.insert(self.table), self.row_params(pkind, rows, now_ms))
+            conn.execute(sa.insert(self.table), self.row_params(pkind, rows, now_ms, actor))
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> list[tuple]:
@@ -120,6 +120,19 @@ class OracleQueueDao(QueueDao):
         finally:
             cursor.close()
         return [(r[0], r[1], _bytes(r[2]), *r[3:]) for r in picked]
+
+
+    def delete_kind_batch(self, conn: sa.Connection, pkind: str) -> list[str]:
+        # FOR UPDATE beside a row limit fails here (ORA-02014): the read locks every message
+        # of the queue (clear is deleting them all) and a batch is fetched
+        t = self.table
+        result = conn.execute(sa.select(t.c.id, t.c.pkey).where(t.c.pkind == pkind)
+                              .with_for_update())
+        rows = result.fetchmany(self.in_list_max)
+        result.close()
+        if rows:
+            conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
+        return [r.pkey for r in rows]
 
 
 def _bytes(payload) -> bytes:

@@ -49,6 +49,7 @@ class PostgresQueueDao(QueueDao):
     max_payload_bytes = (1 << 30) - 1  # a bytea value stops at 1 GB
     autocommit_one_statement = True
     claim_is_one_statement = True
+    delete_returning = True
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
     transient_codes = frozenset({"40001", "40P01", "55P03"})
@@ -61,45 +62,7 @@ class PostgresQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         t = table
-        self._offer_cache: dict[tuple[str, bool], tuple] = {}
-        kind = sa.bindparam("b_kind", type_=sa.Text)
-        now = sa.bindparam("b_now", type_=sa.BigInteger)
-        rows = sa.func.unnest(
-            sa.bindparam("keys", type_=pg.ARRAY(sa.Text)),
-            sa.bindparam("payloads", type_=pg.ARRAY(sa.LargeBinary)),
-            sa.bindparam("ats", type_=pg.ARRAY(sa.BigInteger)),
-            sa.bindparam("priorities", type_=pg.ARRAY(sa.Integer)),
-            sa.bindparam("groups", type_=pg.ARRAY(sa.Text)),
-        ).table_valued("k", "p", "a", "r", "g").render_derived(name="u")
-        source = sa.select(kind, rows.c.k, rows.c.p, rows.c.a, rows.c.a, now, sa.literal(0),
-                           rows.c.r, rows.c.g)
-        insert = pg.insert(t).from_select(
-            ["pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially", "created_at",
-             "deliveries", "priority", "group_key"], source)
-        ex = insert.excluded
-        upsert = insert.on_conflict_do_update(
-            index_elements=["pkind", "pkey"],
-            set_={"payload": ex.payload, "scheduled_at": ex.scheduled_at,
-                  "scheduled_at_initially": ex.scheduled_at_initially,
-                  "created_at": ex.created_at, "lock_uuid": None, "deliveries": 0,
-                  "priority": ex.priority, "group_key": ex.group_key},
-            where=sa.or_(t.c.payload != ex.payload,
-                         t.c.scheduled_at_initially != ex.scheduled_at_initially,
-                         t.c.priority != ex.priority,
-                         t.c.group_key.is_distinct_from(ex.group_key)))
-
-        def reporting(stmt):
-            # the written rows (skipped ones return nothing), inserted or updated; a row due now
-            # wakes the listeners at commit, in this same round trip (repeats fold into one)
-            written = stmt.returning(
-                t.c.pkey, (sa.literal_column("xmax") == 0).label("inserted"),
-                t.c.scheduled_at).cte("written")
-            wake = sa.case((written.c.scheduled_at <= now, sa.func.pg_notify(self.channel, kind)))
-            return sa.select(written.c.pkey, written.c.inserted, wake.label("woke"))
-
-        self._insert_absent = reporting(
-            insert.on_conflict_do_nothing(index_elements=["pkind", "pkey"]))
-        self._upsert = reporting(upsert)
+        self._offer_cache: dict[tuple[str, bool, bool], tuple] = {}
 
         # one array parameter instead of an IN-list: the statement text is the same for any
         # batch, so psycopg parses it once and the server can prepare it
@@ -107,16 +70,17 @@ class PostgresQueueDao(QueueDao):
             t.c.lock_uuid == sa.bindparam("lock"),
             t.c.id == sa.any_(sa.bindparam("ids", type_=pg.ARRAY(sa.BigInteger))))
 
-        self._claims: dict[tuple[str, ...], sa.Update] = {}
+        self._claims: dict[tuple[tuple[str, ...], bool], sa.Update] = {}
 
-    def _claim_statement(self, where: tuple[str, ...]) -> sa.Update:
+    def _claim_statement(self, where: tuple[str, ...], by: bool = False) -> sa.Update:
         """One statement: a MATERIALIZED CTE picks due ids FOR UPDATE SKIP LOCKED (materialized
-        so the LIMIT runs once), the UPDATE marks them and returns the rows; one per set of
-        claim conditions."""
-        if where not in self._claims:
+        so the LIMIT runs once), the UPDATE marks them (and names their holder when ``by``)
+        and returns the rows, with the lock and holder each had before; one per set of claim
+        conditions."""
+        if (where, by) not in self._claims:
             t = self.table
             picked = (
-                sa.select(t.c.id, t.c.scheduled_at)
+                sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by)
                 .where(t.c.pkind == sa.bindparam("b_kind"),
                        t.c.scheduled_at <= sa.bindparam("b_now"), *self.due_conditions(where))
                 .order_by(*claim_order(t))
@@ -125,16 +89,21 @@ class PostgresQueueDao(QueueDao):
                 .cte("picked")
                 .prefix_with("MATERIALIZED")
             )
-            self._claims[where] = (
+            mark = {"lock_uuid": sa.bindparam("lock"), "scheduled_at": sa.bindparam("until"),
+                    "deliveries": t.c.deliveries + 1}
+            if by:
+                mark["claimed_by"] = sa.bindparam("actor")
+            self._claims[where, by] = (
                 sa.update(t)
                 .where(t.c.id == picked.c.id)
-                .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
-                        deliveries=t.c.deliveries + 1)
+                .values(**mark)
                 .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
                            t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
-                           t.c.priority, t.c.group_key)
+                           t.c.priority, t.c.group_key, t.c.enqueued_by,
+                           picked.c.lock_uuid.label("previous_lock"),
+                           picked.c.claimed_by.label("previous_holder"))
             )
-        return self._claims[where]
+        return self._claims[where, by]
 
     @classmethod
     def tuning_ddl(cls, table: sa.Table, preset: str) -> list[str]:
@@ -241,11 +210,58 @@ class PostgresQueueDao(QueueDao):
     def error_code(cls, exc: sa.exc.DBAPIError) -> str | None:
         return getattr(exc.orig, "sqlstate", None)
 
+    def _offer_statement(self, update: bool, by: bool) -> sa.Select:
+        """The offer of a chunk: one INSERT … SELECT FROM unnest(arrays) with ON CONFLICT DO
+        NOTHING (``update`` False) or DO UPDATE where something changed, naming the producer
+        (``enqueued_by``) when ``by``; it returns the written keys and whether each was
+        inserted, and wakes the listeners when a written row is due."""
+        t = self.table
+        kind = sa.bindparam("b_kind", type_=sa.Text)
+        now = sa.bindparam("b_now", type_=sa.BigInteger)
+        rows = sa.func.unnest(
+            sa.bindparam("keys", type_=pg.ARRAY(sa.Text)),
+            sa.bindparam("payloads", type_=pg.ARRAY(sa.LargeBinary)),
+            sa.bindparam("ats", type_=pg.ARRAY(sa.BigInteger)),
+            sa.bindparam("priorities", type_=pg.ARRAY(sa.Integer)),
+            sa.bindparam("groups", type_=pg.ARRAY(sa.Text)),
+        ).table_valued("k", "p", "a", "r", "g").render_derived(name="u")
+        columns = ["pkind", "pkey", "payload", "scheduled_at", "scheduled_at_initially",
+                   "created_at", "deliveries", "priority", "group_key"]
+        values = [kind, rows.c.k, rows.c.p, rows.c.a, rows.c.a, now, sa.literal(0), rows.c.r,
+                  rows.c.g]
+        if by:
+            columns.append("enqueued_by")
+            values.append(sa.bindparam("b_by", type_=sa.Text))
+        insert = pg.insert(t).from_select(columns, sa.select(*values))
+        if update:
+            ex = insert.excluded
+            changes = {"payload": ex.payload, "scheduled_at": ex.scheduled_at,
+                       "scheduled_at_initially": ex.scheduled_at_initially,
+                       "created_at": ex.created_at, "lock_uuid": None, "deliveries": 0,
+                       "priority": ex.priority, "group_key": ex.group_key}
+            if by:
+                changes["enqueued_by"] = ex.enqueued_by
+            stmt = insert.on_conflict_do_update(
+                index_elements=["pkind", "pkey"], set_=changes,
+                where=sa.or_(t.c.payload != ex.payload,
+                             t.c.scheduled_at_initially != ex.scheduled_at_initially,
+                             t.c.priority != ex.priority,
+                             t.c.group_key.is_distinct_from(ex.group_key)))
+        else:
+            stmt = insert.on_conflict_do_nothing(index_elements=["pkind", "pkey"])
+        # the written rows (skipped ones return nothing), inserted or updated; a row due now
+        # wakes the listeners at commit, in this same round trip (repeats fold into one)
+        written = stmt.returning(
+            t.c.pkey, (sa.literal_column("xmax") == 0).label("inserted"),
+            t.c.scheduled_at).cte("written")
+        wake = sa.case((written.c.scheduled_at <= now, sa.func.pg_notify(self.channel, kind)))
+        return sa.select(written.c.pkey, written.c.inserted, wake.label("woke"))
+
     def offer_is_one_statement(self, rows: Sequence[OfferRow]) -> bool:
         return len({r.update for r in rows}) == 1  # one statement per update flag
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-              now_ms: int) -> list[OfferOutcome]:
+              now_ms: int, actor: str | None = None) -> list[OfferOutcome]:
         outcome: dict[str, OfferOutcome] = {}
         for update in (False, True):
             group = [r for r in rows if r.update is update]
@@ -255,15 +271,17 @@ class PostgresQueueDao(QueueDao):
                       "payloads": [r.payload for r in group], "ats": [r.at_ms for r in group],
                       "priorities": [r.priority for r in group],
                       "groups": [r.group for r in group]}
-            sql, constants, order = self._offer_sql(conn.dialect, update)
+            if actor is not None:
+                params["b_by"] = actor
+            sql, constants, order = self._offer_sql(conn.dialect, update, actor is not None)
             values = {**constants, **params}
             bound = values if order is None else tuple(values[name] for name in order)
             for key, inserted, _ in conn.exec_driver_sql(sql, bound):
                 outcome[key] = OfferOutcome.CREATED if inserted else OfferOutcome.UPDATED
         return [outcome.get(r.key, OfferOutcome.IGNORED) for r in rows]
 
-    def _offer_sql(self, dialect: sa.Dialect,
-                   update: bool) -> tuple[str, dict, tuple[str, ...] | None]:
+    def _offer_sql(self, dialect: sa.Dialect, update: bool,
+                   by: bool = False) -> tuple[str, dict, tuple[str, ...] | None]:
         """The offer statement's SQL for the driver, with its constant parameters and, for a
         positional driver (asyncpg's $1, $2), the parameter names in their order.
 
@@ -271,9 +289,9 @@ class PostgresQueueDao(QueueDao):
         (``%(name)b``); in text format it escapes every element with a regular expression,
         which made the arrays a fifth of an offer_many's time. SQLAlchemy's compiler writes
         every placeholder as text, so the compiled SQL is adjusted once and kept."""
-        key = (dialect.paramstyle, update)
+        key = (dialect.paramstyle, update, by)
         if key not in self._offer_cache:
-            compiled = (self._upsert if update else self._insert_absent).compile(dialect=dialect)
+            compiled = self._offer_statement(update, by).compile(dialect=dialect)
             sql = compiled.string
             if dialect.paramstyle == "pyformat":
                 for name in _ARRAYS:
@@ -290,10 +308,13 @@ class PostgresQueueDao(QueueDao):
                      .on_conflict_do_nothing())
 
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                    lock: str, until_ms: int, where: Sequence[str]) -> list[ClaimedRow]:
-        result = conn.execute(self._claim_statement(tuple(where)),
-                              {"b_kind": pkind, "b_now": now_ms, "limit": limit, "lock": lock,
-                               "until": until_ms})
+                    lock: str, until_ms: int, where: Sequence[str],
+                    actor: str | None = None) -> list[ClaimedRow]:
+        values = {"b_kind": pkind, "b_now": now_ms, "limit": limit, "lock": lock,
+                  "until": until_ms}
+        if actor is not None:
+            values["actor"] = actor
+        result = conn.execute(self._claim_statement(tuple(where), actor is not None), values)
         rows = [ClaimedRow(*r) for r in result]
         rows.sort(key=lambda r: (-r.priority, r.due_ms, r.id))  # RETURNING has no order
         return rows

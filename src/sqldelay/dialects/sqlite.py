@@ -34,6 +34,7 @@ class SQLiteQueueDao(QueueDao):
     max_payload_bytes = 1_000_000_000  # SQLITE_MAX_LENGTH as SQLite is built by default
     in_list_max = 10000
     skip_locked = False
+    delete_returning = True  # SQLite 3.35
     precompiled_insert = True
     duplicate_key_codes = frozenset({1555, 2067})  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
     transient_codes = _BUSY

@@ -3,7 +3,8 @@
 Run from code (``sqldelay.migrate``: create_schema, ``sqldelay migrate``) it is handed a
 connection, a table name and a tuning preset. Run by the ``alembic`` command (alembic.ini at
 the root of a source checkout), the URL comes from ``-x url=…`` or SQLDELAY_URL, the table
-name from ``-x table=…`` (default ``delayed_queue``), a storage preset from ``-x tuning=…``;
+name from ``-x table=…`` (default ``delayed_queue``), a storage preset from ``-x tuning=…``,
+the history table with ``-x history=true``;
 for offline SQL (``--sql``) of a mysql:// URL, ``-x flavor=mysql`` or ``-x flavor=mariadb``.
 Each queue table keeps its migration state in its own version table, ``<table>_alembic``, so
 sqldelay's migrations never mix with the application's own ``alembic_version``.
@@ -27,6 +28,8 @@ given = config.attributes.get("connection")
 table_name = config.attributes.get("table_name") or x_args.get("table", DEFAULT_TABLE)
 config.attributes["table_name"] = table_name
 config.attributes.setdefault("tuning", x_args.get("tuning"))  # a create_schema tuning preset
+# the history table, made by the migration that introduced it (create_schema(history=True))
+config.attributes.setdefault("history", x_args.get("history", "").lower() in ("true", "1", "yes"))
 version_table = f"{table_name}_alembic"
 
 if given is not None:

@@ -1,5 +1,5 @@
 -- ddl 0
-CREATE TABLE delayed_queue ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, payload LONGBLOB NOT NULL, scheduled_at BIGINT NOT NULL, scheduled_at_initially BIGINT NOT NULL, lock_uuid VARCHAR(36), created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, priority INTEGER NOT NULL DEFAULT 0, group_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, PRIMARY KEY (id) );
+CREATE TABLE delayed_queue ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, payload LONGBLOB NOT NULL, scheduled_at BIGINT NOT NULL, scheduled_at_initially BIGINT NOT NULL, lock_uuid VARCHAR(36), created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, priority INTEGER NOT NULL DEFAULT 0, group_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, enqueued_by VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, claimed_by VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, PRIMARY KEY (id) );
 
 -- ddl 1
 CREATE INDEX delayed_queue_kind_due_ix ON delayed_queue (pkind, scheduled_at, id);
@@ -17,7 +17,7 @@ CREATE INDEX delayed_queue_kind_lock_ix ON delayed_queue (pkind, lock_uuid);
 CREATE INDEX delayed_queue_kind_prio_ix ON delayed_queue (pkind, priority DESC, scheduled_at, id);
 
 -- ddl 6
-CREATE TABLE delayed_queue_dead ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, payload LONGBLOB NOT NULL, scheduled_at_initially BIGINT NOT NULL, created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, last_error VARCHAR(2000) CHARACTER SET utf8mb4, failed_at BIGINT NOT NULL, priority INTEGER NOT NULL DEFAULT 0, group_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, PRIMARY KEY (id) );
+CREATE TABLE delayed_queue_dead ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, payload LONGBLOB NOT NULL, scheduled_at_initially BIGINT NOT NULL, created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, last_error VARCHAR(2000) CHARACTER SET utf8mb4, failed_at BIGINT NOT NULL, priority INTEGER NOT NULL DEFAULT 0, group_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, enqueued_by VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, PRIMARY KEY (id) );
 
 -- ddl 7
 CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
@@ -27,6 +27,15 @@ CREATE TABLE delayed_queue_groups ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COL
 
 -- ddl 9
 CREATE TABLE delayed_queue_settings ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, paused SMALLINT NOT NULL DEFAULT 0, has_groups SMALLINT NOT NULL DEFAULT 0, rate_limit INTEGER, rate_period_ms BIGINT, tokens_milli BIGINT, refilled_at BIGINT, max_in_flight INTEGER, PRIMARY KEY (pkind) );
+
+-- ddl 10
+CREATE TABLE delayed_queue_history ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, at BIGINT NOT NULL, kind VARCHAR(20) NOT NULL, actor VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, attempt INTEGER, detail VARCHAR(2000) CHARACTER SET utf8mb4, PRIMARY KEY (id) );
+
+-- ddl 11
+CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey, id);
+
+-- ddl 12
+CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
 -- offer 0
 SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE;
@@ -38,7 +47,7 @@ INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_init
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_m0, :pkey_m0, :payload_m0, :scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, :deliveries_m0, :priority_m0, :group_key_m0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = :param_1, created_at = VALUES(created_at), deliveries = :param_2, priority = VALUES(priority), group_key = VALUES(group_key);
 
 -- claim 0
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
 
 -- claim 1
 UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
@@ -50,7 +59,7 @@ DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uu
 DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- controlled claim 0
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
 
 -- controlled claim 1
 SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
@@ -71,10 +80,10 @@ INSERT IGNORE INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :grou
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
 
 -- controlled claim 7
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.id IN (SELECT (SELECT delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id LIMIT :param_1) AS anon_1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1)) FOR UPDATE;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.id IN (SELECT (SELECT delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id LIMIT :param_1) AS anon_1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1)) FOR UPDATE;
 
 -- controlled claim 8
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
 
 -- controlled claim 9
 UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
@@ -107,7 +116,7 @@ UPDATE delayed_queue SET scheduled_at=:scheduled_at, lock_uuid=:lock_uuid WHERE 
 UPDATE delayed_queue SET scheduled_at=:scheduled_at WHERE delayed_queue.id = :id_1 AND delayed_queue.lock_uuid = :lock_uuid_1;
 
 -- get
-SELECT delayed_queue.id, delayed_queue.pkind, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.lock_uuid, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1;
+SELECT delayed_queue.id, delayed_queue.pkind, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.lock_uuid, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1;
 
 -- contains
 SELECT :param_1 AS anon_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1;

@@ -1,5 +1,5 @@
 -- ddl 0
-CREATE TABLE delayed_queue ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, payload BLOB NOT NULL, scheduled_at BIGINT NOT NULL, scheduled_at_initially BIGINT NOT NULL, lock_uuid VARCHAR(36), created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR(200), PRIMARY KEY (id) );
+CREATE TABLE delayed_queue ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, payload BLOB NOT NULL, scheduled_at BIGINT NOT NULL, scheduled_at_initially BIGINT NOT NULL, lock_uuid VARCHAR(36), created_at BIGINT NOT NULL, deliveries INTEGER NOT NULL, priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR(200), enqueued_by VARCHAR(200), claimed_by VARCHAR(200), PRIMARY KEY (id) );
 
 -- ddl 1
 CREATE INDEX delayed_queue_kind_due_ix ON delayed_queue (pkind, scheduled_at, id);
@@ -17,7 +17,7 @@ CREATE INDEX delayed_queue_kind_lock_ix ON delayed_queue (pkind, lock_uuid);
 CREATE INDEX delayed_queue_kind_prio_ix ON delayed_queue (pkind, priority DESC, scheduled_at, id);
 
 -- ddl 6
-CREATE TABLE delayed_queue_dead ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, payload BLOB NOT NULL, scheduled_at_initially BIGINT NOT NULL, created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, last_error VARCHAR(2000), failed_at BIGINT NOT NULL, priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR(200), PRIMARY KEY (id) );
+CREATE TABLE delayed_queue_dead ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, payload BLOB NOT NULL, scheduled_at_initially BIGINT NOT NULL, created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, last_error VARCHAR(2000), failed_at BIGINT NOT NULL, priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR(200), enqueued_by VARCHAR(200), PRIMARY KEY (id) );
 
 -- ddl 7
 CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
@@ -27,6 +27,15 @@ CREATE TABLE delayed_queue_groups ( pkind VARCHAR(100) NOT NULL, group_key VARCH
 
 -- ddl 9
 CREATE TABLE delayed_queue_settings ( pkind VARCHAR(100) NOT NULL, paused SMALLINT DEFAULT 0 NOT NULL, has_groups SMALLINT DEFAULT 0 NOT NULL, rate_limit INTEGER, rate_period_ms BIGINT, tokens_milli BIGINT, refilled_at BIGINT, max_in_flight INTEGER, PRIMARY KEY (pkind) );
+
+-- ddl 10
+CREATE TABLE delayed_queue_history ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, at BIGINT NOT NULL, kind VARCHAR(20) NOT NULL, actor VARCHAR(200), attempt INTEGER, detail VARCHAR(2000), PRIMARY KEY (id) );
+
+-- ddl 11
+CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey, id);
+
+-- ddl 12
+CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
 -- offer 0
 SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3);
@@ -38,7 +47,7 @@ INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_init
 UPDATE delayed_queue SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, group_key=:g WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :k;
 
 -- claim 0
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
 
 -- claim 1
 UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
@@ -50,7 +59,7 @@ DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uu
 DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- controlled claim 0
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
 
 -- controlled claim 1
 SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
@@ -74,10 +83,10 @@ INSERT INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1) ORDER BY delayed_queue_groups.group_key;
 
 -- controlled claim 8
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.id IN (SELECT (SELECT delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id LIMIT :param_1 OFFSET :param_2) AS anon_1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1));
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.id IN (SELECT (SELECT delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id LIMIT :param_1 OFFSET :param_2) AS anon_1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1));
 
 -- controlled claim 9
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
 
 -- controlled claim 10
 UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
@@ -113,7 +122,7 @@ UPDATE delayed_queue SET scheduled_at=:scheduled_at, lock_uuid=:lock_uuid WHERE 
 UPDATE delayed_queue SET scheduled_at=:scheduled_at WHERE delayed_queue.id = :id_1 AND delayed_queue.lock_uuid = :lock_uuid_1;
 
 -- get
-SELECT delayed_queue.id, delayed_queue.pkind, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.lock_uuid, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1;
+SELECT delayed_queue.id, delayed_queue.pkind, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.lock_uuid, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1;
 
 -- contains
 SELECT :param_1 AS anon_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1;
