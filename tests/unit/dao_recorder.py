@@ -15,6 +15,10 @@ import sqlalchemy as sa
 import sqlglot
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from sqldelay.dialects import OfferRow
+from sqldelay.history import EventKind, Recorder
+from sqldelay.schema import history_table
+
 
 class FakeResult:
     def __init__(self, rows, rowcount):
@@ -26,6 +30,15 @@ class FakeResult:
 
     def fetchall(self):
         return list(self._rows)
+
+    all = fetchall
+
+    def fetchmany(self, size):
+        rows, self._rows = self._rows[:size], self._rows[size:]
+        return rows
+
+    def close(self):
+        pass
 
     def first(self):
         return self._rows[0] if self._rows else None
@@ -165,4 +178,40 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("free groups", lambda c: dao.free_groups(c, kind, "L", ["g1", "g2"]))
     record("extend group", lambda c: dao.extend_group(c, kind, "L", "g1", 900))
     record("settings", lambda c: dao.write_settings(c, kind, paused=1), absent)
+    return out
+
+
+def history_recordings(dao, dialect: sa.Dialect, kind: str,
+                       offered=()) -> list[tuple[str, object, object]]:
+    """(label, statement, parameters) of every statement a queue that keeps history sends
+    beyond a plain queue's, in order: an offer and a claim naming who made them, the events
+    written, the deletions that say which keys went (ack_many, drop, a batch of clear), the
+    history read back and a batch of pruning. ``offered`` answers the offer's reads."""
+    recorder = Recorder(history_table(dao.table.metadata, dao.table.name))
+    key_rows = [SimpleNamespace(id=7, pkey="k")]
+    out = []
+
+    def record(label, op, results=()):
+        conn = RecordingConnection(dialect, results)
+        op(conn)
+        sent = [*((c.sql, c.params) for c in conn.cursor_calls), *conn.executed]
+        out.extend((f"{label} {i}", stmt, params) for i, (stmt, params) in enumerate(sent))
+
+    def with_rows(rows):  # DELETE ... RETURNING answers with keys, a locking read with rows
+        return [[("k",)]] if dao.delete_returning else [rows]
+
+    record("offer by", lambda c: dao.offer(c, kind, [OfferRow("new", b"{}", 1000, True)], 1,
+                                           actor="shop"), offered)
+    record("claim by", lambda c: dao.claim(c, kind, 100, 10, "L", 400, actor="w1"),
+           [[(7, "k", b"{}", 10, 10, 5, 0, 0, None, "shop", "old", "w0")]])
+    record("events", lambda c: recorder.write(c, [
+        recorder.event(kind, EventKind.CLAIMED, "k", 100, actor="w1", attempt=1, detail="d"),
+        recorder.event(kind, EventKind.ACKED, "k", 200, actor="w1", attempt=1)]))
+    record("ack_many which", lambda c: dao.ack_many_which(c, "L", [7, 8]), with_rows(key_rows))
+    record("drop which", lambda c: dao.delete_which(c, dao.table.c.pkind == kind,
+                                                     dao.table.c.pkey == "k"),
+           with_rows(key_rows))
+    record("clear batch", lambda c: dao.delete_kind_batch(c, kind), [key_rows])
+    record("history", recorder.read_op(kind, "k"))
+    record("prune", recorder.prune_op(kind, 1000, 500, dao.in_list_max), [[(1,), (2,)]])
     return out

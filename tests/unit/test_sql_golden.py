@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from sqldelay.dialects import REGISTRY, OfferRow
 from sqldelay.schema import queue_table, schema_tables
 
-from .dao_recorder import RecordingConnection, ddl, flow_recordings, parses, render, row
+from .dao_recorder import (RecordingConnection, ddl, flow_recordings, history_recordings, parses,
+                           render, row)
 
 GOLDEN = Path(__file__).parent / "golden"
 # dialect name -> (a URL whose dialect compiles the statements, sqlglot grammar)
@@ -60,6 +61,9 @@ def emitted(name: str) -> list[tuple[str, str]]:
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
     out.extend((label, render(stmt, params, dialect))
                for label, stmt, params in flow_recordings(dao, dialect, KIND))
+    offered = [[("new", True, None)]] if name == "postgresql" else [[]]
+    out.extend((label, render(stmt, params, dialect))
+               for label, stmt, params in history_recordings(dao, dialect, KIND, offered))
     for label, stmt in [
         ("release", dao.move_locked(7, "L", 500, keep_lock=False)),
         ("extend", dao.move_locked(7, "L", 500, keep_lock=True)),
@@ -103,8 +107,14 @@ def test_claims_lock_with_skip_locked_where_rows_can_be_locked():
 
 def test_mysql_and_mariadb_dialect_names_send_the_same_statements():
     # the anchor trap: MySQL-only SQL silently dropped under the "mariadb" dialect name; only
-    # the DDL differs (the no-pad binary collation has a different name on each server)
+    # the DDL differs (the no-pad binary collation has a different name on each server), and
+    # deletions that say which keys went: MariaDB has DELETE ... RETURNING, MySQL does not
     def dml(name):
-        return [sql for label, sql in emitted(name) if not label.startswith("ddl")]
+        return [sql for label, sql in emitted(name)
+                if not label.startswith(("ddl", "ack_many which", "drop which"))]
 
     assert dml("mysql") == dml("mariadb")
+    returning = [sql for label, sql in emitted("mariadb") if label.startswith("drop which")]
+    assert "RETURNING delayed_queue.pkey" in returning[0]
+    locking = [sql for label, sql in emitted("mysql") if label.startswith("drop which")]
+    assert locking[0].startswith("SELECT") and locking[0].endswith("FOR UPDATE")

@@ -18,7 +18,8 @@ from sqldelay.errors import InvalidArgumentError
 from sqldelay.messages import Message, OfferOutcome
 from sqldelay.schema import dead_letter_table, queue_table
 
-from .dao_recorder import RecordingConnection, ddl, flow_recordings, parses, render, row
+from .dao_recorder import (RecordingConnection, ddl, flow_recordings, history_recordings, parses,
+                           render, row)
 
 DIALECT = mssql.dialect()
 PARAMETER_LIMIT = 2100
@@ -171,6 +172,24 @@ def test_flow_control_statements_parse(dao):
     locks = [s for s in statements if "dq_groups" in s and s.startswith("SELECT")]
     assert any("WITH (UPDLOCK, ROWLOCK, READPAST)" in s for s in locks)  # SKIP LOCKED
     assert not any("FOR UPDATE" in s for s in statements)
+
+
+def test_history_statements_parse(dao):
+    # a queue that keeps history: who offered and who claims are written with the message,
+    # events go in one multi-row insert, and deletions say which keys went in the statement
+    recorded = {label: render(stmt, params, DIALECT)
+                for label, stmt, params in history_recordings(dao, DIALECT, "q|json", [[]])}
+    # FROM is optional after DELETE in T-SQL and SQLAlchemy writes it; sqlglot's grammar
+    # reads an OUTPUT clause only in the form without it
+    assert_tsql([s.replace("DELETE FROM dq OUTPUT", "DELETE dq OUTPUT")
+                 for s in recorded.values()])
+    assert "enqueued_by" in recorded["offer by 1"]
+    assert "claimed_by = :actor" in recorded["claim by 0"]
+    assert "deleted.claimed_by" in recorded["claim by 0"]  # the holder whose lock ran out
+    assert recorded["ack_many which 0"].startswith("DELETE FROM dq OUTPUT deleted.pkey WHERE")
+    assert recorded["drop which 0"].startswith("DELETE FROM dq OUTPUT deleted.pkey WHERE")
+    assert "WITH (UPDLOCK, ROWLOCK)" in recorded["clear batch 0"]
+    assert recorded["prune 0"].startswith("SELECT TOP 500 dq_history.id")
 
 
 def test_ack_many_splits_ids_under_the_parameter_limit(dao):

@@ -18,7 +18,8 @@ from sqldelay.dialects.oracle import OracleQueueDao
 from sqldelay.messages import OfferOutcome
 from sqldelay.schema import dead_letter_table, queue_table
 
-from .dao_recorder import RecordingConnection, ddl, flow_recordings, parses, render, row
+from .dao_recorder import (RecordingConnection, ddl, flow_recordings, history_recordings, parses,
+                           render, row)
 
 DIALECT = oracle.dialect()
 IN_LIST_LIMIT = 1000  # ORA-01795
@@ -169,6 +170,22 @@ def test_flow_control_statements_parse(dao):
     locks = [s for s in statements if "dq_groups" in s and s.startswith("SELECT")]
     assert any(s.endswith("FOR UPDATE SKIP LOCKED") for s in locks)
     assert not any("FETCH FIRST" in s and "SKIP LOCKED" in s for s in statements)
+
+
+def test_history_statements_parse(dao):
+    # no DELETE ... RETURNING into a list here: deletions that say which keys went lock and
+    # read the rows, then delete them by id; FOR UPDATE never beside a row limit (ORA-02014)
+    recorded = {label: render(stmt, params, DIALECT)
+                for label, stmt, params in history_recordings(dao, DIALECT, "q|json", [[]])}
+    assert_oracle(list(recorded.values()))
+    assert "enqueued_by" in recorded["offer by 1"]
+    assert "claimed_by" in recorded["claim by 0"]  # the locking cursor reads the holder
+    assert "claimed_by=:actor" in recorded["claim by 1"]
+    for label in ("ack_many which", "drop which", "clear batch"):
+        assert recorded[f"{label} 0"].endswith("FOR UPDATE")
+        assert recorded[f"{label} 1"].startswith("DELETE FROM dq WHERE dq.id IN")
+    assert not any("FETCH FIRST" in s and "FOR UPDATE" in s for s in recorded.values())
+    assert recorded["prune 0"].endswith("FETCH FIRST 500 ROWS ONLY")
 
 
 def test_ack_many_splits_ids_under_the_in_list_limit(dao):

@@ -109,6 +109,48 @@ INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
 -- settings 1
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
 
+-- offer by 0
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1) FOR UPDATE;
+
+-- offer by 1
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key, enqueued_by) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0, :enqueued_by_0);
+
+-- claim by 0
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
+
+-- claim by 1
+UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1), claimed_by=:actor WHERE delayed_queue.id IN (:ids_1);
+
+-- events 0
+INSERT INTO delayed_queue_history (pkind, pkey, at, kind, actor, attempt, detail) VALUES (:pkind, :pkey, :at, :kind, :actor, :attempt, :detail);
+
+-- ack_many which 0
+SELECT delayed_queue.id, delayed_queue.pkey FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock_uuid_1 AND delayed_queue.id IN (:id_1_1, :id_1_2) FOR UPDATE;
+
+-- ack_many which 1
+DELETE FROM delayed_queue WHERE delayed_queue.id IN (:id_1_1);
+
+-- drop which 0
+SELECT delayed_queue.id, delayed_queue.pkey FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1 FOR UPDATE;
+
+-- drop which 1
+DELETE FROM delayed_queue WHERE delayed_queue.id IN (:id_1_1);
+
+-- clear batch 0
+SELECT delayed_queue.id, delayed_queue.pkey FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 ORDER BY delayed_queue.id LIMIT :param_1 FOR UPDATE;
+
+-- clear batch 1
+DELETE FROM delayed_queue WHERE delayed_queue.id IN (:id_1_1);
+
+-- history 0
+SELECT delayed_queue_history.pkey, delayed_queue_history.at, delayed_queue_history.kind, delayed_queue_history.actor, delayed_queue_history.attempt, delayed_queue_history.detail FROM delayed_queue_history WHERE delayed_queue_history.pkind = :pkind_1 AND delayed_queue_history.pkey = :pkey_1 ORDER BY delayed_queue_history.id;
+
+-- prune 0
+SELECT delayed_queue_history.id FROM delayed_queue_history WHERE delayed_queue_history.pkind = :pkind_1 AND delayed_queue_history.at < :at_1 ORDER BY delayed_queue_history.at LIMIT :param_1;
+
+-- prune 1
+DELETE FROM delayed_queue_history WHERE delayed_queue_history.id IN (:id_1_1, :id_1_2);
+
 -- release
 UPDATE delayed_queue SET scheduled_at=:scheduled_at, lock_uuid=:lock_uuid WHERE delayed_queue.id = :id_1 AND delayed_queue.lock_uuid = :lock_uuid_1;
 

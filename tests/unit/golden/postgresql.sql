@@ -103,6 +103,36 @@ INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind_m0::VARCHAR) ON CONFLI
 -- settings 1
 UPDATE delayed_queue_settings SET paused=:paused::SMALLINT WHERE delayed_queue_settings.pkind = :pkind_1::VARCHAR;
 
+-- offer by 0
+WITH written AS (INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries, priority, group_key, enqueued_by) SELECT :b_kind::VARCHAR AS anon_1, u.k AS k, u.p AS p, u.a AS a, u.a AS a__1, :b_now::BIGINT AS anon_2, :param_1::INTEGER AS anon_3, u.r AS r, u.g AS g, :b_by::VARCHAR AS anon_4 FROM unnest(:keys::TEXT[], :payloads::BYTEA[], :ats::BIGINT[], :priorities::INTEGER[], :groups::TEXT[]) AS u(k, p, a, r, g) ON CONFLICT (pkind, pkey) DO UPDATE SET payload = excluded.payload, scheduled_at = excluded.scheduled_at, scheduled_at_initially = excluded.scheduled_at_initially, lock_uuid = :param_2::VARCHAR, created_at = excluded.created_at, deliveries = :param_3::INTEGER, priority = excluded.priority, group_key = excluded.group_key, enqueued_by = excluded.enqueued_by WHERE delayed_queue.payload != excluded.payload OR delayed_queue.scheduled_at_initially != excluded.scheduled_at_initially OR delayed_queue.priority != excluded.priority OR delayed_queue.group_key IS DISTINCT FROM excluded.group_key RETURNING delayed_queue.pkey, xmax = :xmax_1::INTEGER AS inserted, delayed_queue.scheduled_at) SELECT written.pkey, written.inserted, CASE WHEN (written.scheduled_at <= :b_now::BIGINT) THEN pg_notify(:pg_notify_1::VARCHAR, :b_kind::VARCHAR) END AS woke FROM written;
+
+-- claim by 0
+WITH picked AS MATERIALIZED (SELECT delayed_queue.id AS id, delayed_queue.scheduled_at AS scheduled_at, delayed_queue.lock_uuid AS lock_uuid, delayed_queue.claimed_by AS claimed_by FROM delayed_queue WHERE delayed_queue.pkind = :b_kind::VARCHAR AND delayed_queue.scheduled_at <= :b_now::BIGINT AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind::VARCHAR AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :limit::INTEGER FOR UPDATE SKIP LOCKED) UPDATE delayed_queue SET scheduled_at=:until::BIGINT, lock_uuid=:lock::VARCHAR, deliveries=(delayed_queue.deliveries + :deliveries_1::INTEGER), claimed_by=:actor::VARCHAR FROM picked WHERE delayed_queue.id = picked.id RETURNING delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, picked.scheduled_at AS due, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, picked.lock_uuid AS previous_lock, picked.claimed_by AS previous_holder;
+
+-- events 0
+INSERT INTO delayed_queue_history (pkind, pkey, at, kind, actor, attempt, detail) VALUES (:pkind::VARCHAR, :pkey::VARCHAR, :at::BIGINT, :kind::VARCHAR, :actor::VARCHAR, :attempt::INTEGER, :detail::VARCHAR);
+
+-- ack_many which 0
+DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock_uuid_1::VARCHAR AND delayed_queue.id IN (:id_1_1::BIGINT, :id_1_2::BIGINT) RETURNING delayed_queue.pkey;
+
+-- drop which 0
+DELETE FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1::VARCHAR AND delayed_queue.pkey = :pkey_1::VARCHAR RETURNING delayed_queue.pkey;
+
+-- clear batch 0
+SELECT delayed_queue.id, delayed_queue.pkey FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1::VARCHAR ORDER BY delayed_queue.id LIMIT :param_1::INTEGER FOR UPDATE;
+
+-- clear batch 1
+DELETE FROM delayed_queue WHERE delayed_queue.id IN (:id_1_1::BIGINT);
+
+-- history 0
+SELECT delayed_queue_history.pkey, delayed_queue_history.at, delayed_queue_history.kind, delayed_queue_history.actor, delayed_queue_history.attempt, delayed_queue_history.detail FROM delayed_queue_history WHERE delayed_queue_history.pkind = :pkind_1::VARCHAR AND delayed_queue_history.pkey = :pkey_1::VARCHAR ORDER BY delayed_queue_history.id;
+
+-- prune 0
+SELECT delayed_queue_history.id FROM delayed_queue_history WHERE delayed_queue_history.pkind = :pkind_1::VARCHAR AND delayed_queue_history.at < :at_1::BIGINT ORDER BY delayed_queue_history.at LIMIT :param_1::INTEGER;
+
+-- prune 1
+DELETE FROM delayed_queue_history WHERE delayed_queue_history.id IN (:id_1_1::BIGINT, :id_1_2::BIGINT);
+
 -- release
 UPDATE delayed_queue SET scheduled_at=:scheduled_at::BIGINT, lock_uuid=:lock_uuid::VARCHAR WHERE delayed_queue.id = :id_1::BIGINT AND delayed_queue.lock_uuid = :lock_uuid_1::VARCHAR;
 
