@@ -17,8 +17,15 @@ import sqlalchemy as sa
 from sqldelay.dialects import REGISTRY, OfferRow
 from sqldelay.schema import queue_table, schema_tables
 
-from .dao_recorder import (RecordingConnection, ddl, flow_recordings, history_recordings, parses,
-                           render, row)
+from .dao_recorder import (
+    RecordingConnection,
+    ddl,
+    flow_recordings,
+    history_recordings,
+    parses,
+    render,
+    row,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 # dialect name -> (a URL whose dialect compiles the statements, sqlglot grammar)

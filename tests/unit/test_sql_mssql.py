@@ -18,8 +18,15 @@ from sqldelay.errors import InvalidArgumentError
 from sqldelay.messages import Message, OfferOutcome
 from sqldelay.schema import dead_letter_table, queue_table
 
-from .dao_recorder import (RecordingConnection, ddl, flow_recordings, history_recordings, parses,
-                           render, row)
+from .dao_recorder import (
+    RecordingConnection,
+    ddl,
+    flow_recordings,
+    history_recordings,
+    parses,
+    render,
+    row,
+)
 
 DIALECT = mssql.dialect()
 PARAMETER_LIMIT = 2100

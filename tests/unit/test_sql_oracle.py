@@ -18,8 +18,15 @@ from sqldelay.dialects.oracle import OracleQueueDao
 from sqldelay.messages import OfferOutcome
 from sqldelay.schema import dead_letter_table, queue_table
 
-from .dao_recorder import (RecordingConnection, ddl, flow_recordings, history_recordings, parses,
-                           render, row)
+from .dao_recorder import (
+    RecordingConnection,
+    ddl,
+    flow_recordings,
+    history_recordings,
+    parses,
+    render,
+    row,
+)
 
 DIALECT = oracle.dialect()
 IN_LIST_LIMIT = 1000  # ORA-01795
