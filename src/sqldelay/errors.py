@@ -18,4 +18,4 @@ class UnsupportedDialectError(SqlDelayError):
 
 
 class SchemaMissingError(SqlDelayError):
-    """The queue table does not exist yet."""
+    """A table the queue needs (its queue table, or its history table) does not exist yet."""

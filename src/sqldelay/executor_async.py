@@ -77,9 +77,10 @@ class AsyncExecutor:
             if self.dao.classify(exc) is ErrorKind.MISSING_TABLE:
                 name = self.dao.table.name
                 raise SchemaMissingError(
-                    f"the queue table {name!r} does not exist: run "
+                    f"a table of queue table {name!r} does not exist: run "
                     f"sqldelay.create_schema(engine, table_name={name!r}) or the Alembic "
-                    "migration (alembic upgrade head)"
+                    "migration (alembic upgrade head); a queue that keeps history needs "
+                    "history=True there (-x history=true)"
                 ) from exc
             raise
 

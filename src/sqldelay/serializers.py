@@ -67,6 +67,11 @@ class StrSerializer:
         return bytes(data).decode("utf-8")
 
 
+# the built-in serializers by type name, as the CLI and the Spark integration name them
+SERIALIZERS: dict[str, type] = {cls.type_name: cls
+                                for cls in (JsonSerializer, StrSerializer, BytesSerializer)}
+
+
 def encode_payload(serializer: Serializer, payload: Any) -> bytes:
     """Encode and check the result, so a broken custom serializer fails before any write."""
     try:

@@ -22,12 +22,10 @@ from .engines import create_async_engine, create_engine, is_async_url
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
 from .retry import RetryPolicy
-from .serializers import BytesSerializer, JsonSerializer, StrSerializer
+from .serializers import SERIALIZERS
 from .worker import Worker
 from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
-
-SERIALIZERS = {"json": JsonSerializer, "bytes": BytesSerializer, "str": StrSerializer}
 
 
 def register(sub) -> None:

@@ -102,6 +102,25 @@ def test_dead_letter_requeue_ack(make_queue, clock, front):
     assert "ZeroDivisionError" in queue.history("k")[2].detail
 
 
+def test_the_cli_prints_a_timeline(make_queue, clock, backend_url, table_name, capsys):
+    from sqldelay.cli import main
+
+    queue = make_queue(history=True)
+    queue.offer("order:7", 1, by="shop")
+    queue.poll(by="w1").ack()
+    db = ["--url", backend_url, "--table", table_name]
+    assert main(["history", *db, queue.name, "order:7"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        ("offered", "shop", "-"), ("claimed", "w1", "attempt 1"), ("acked", "w1", "attempt 1")]
+    assert main(["history", *db, queue.name, "order:7", "--json"]) == 0
+    assert '"event": "claimed"' in capsys.readouterr().out.splitlines()[1]
+    with pytest.raises(SystemExit, match="no history for key 'nope'"):
+        main(["history", *db, queue.name, "nope"])
+    with pytest.raises(SystemExit, match="no history table 'nowhere_history'"):
+        main(["history", "--url", backend_url, "--table", "nowhere", queue.name, "order:7"])
+
+
 def test_drops_clears_and_dead_letter_drops_are_recorded(make_queue, clock, front):
     queue = make_queue(history=History(ignored=True))
     queue.offer_many([Message(f"k{i}", i) for i in range(5)], by="seed")

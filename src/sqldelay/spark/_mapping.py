@@ -30,18 +30,11 @@ from pyspark.sql import types as T
 
 from ..errors import InvalidArgumentError
 from ..messages import Message
-from ..serializers import BytesSerializer, JsonSerializer, Serializer, StrSerializer
+from ..serializers import SERIALIZERS, Serializer
 
 _INTEGER_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _KEY_TYPES = (T.StringType, *_INTEGER_TYPES)
 _JSON_TYPES = (T.StructType, T.MapType, T.ArrayType)
-
-SERIALIZERS: dict[str, type] = {
-    "json": JsonSerializer,
-    "str": StrSerializer,
-    "bytes": BytesSerializer,
-}
-
 
 @dataclass(frozen=True)
 class ColumnMapping:

@@ -21,8 +21,7 @@ from ..errors import InvalidArgumentError
 from ..messages import Envelope
 from ..queue import DelayedQueue
 from ..schema import DEFAULT_TABLE
-from ..serializers import Serializer
-from ._mapping import SERIALIZERS
+from ..serializers import SERIALIZERS, Serializer
 from ._offer import make_engine
 
 log = logging.getLogger("sqldelay.spark")
