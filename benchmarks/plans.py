@@ -55,7 +55,7 @@ def claim_plan(queue: DelayedQueue, limit: int) -> Plan | None:
 
 
 def claim_index(queue: DelayedQueue) -> str:
-    return f"{queue.dao.table.name}_kind_prio_ix"
+    return queue.dao.claim_index
 
 
 def due_statement(queue: DelayedQueue, now: int, limit: int,

@@ -11,7 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from sqldelay import Message
+from sqldelay import DelayedQueue, Message, create_schema, drop_schema
+
+from ..conftest import unique_name
 
 
 def test_claim_returns_due_rows_behind_rows_locked_elsewhere(make_queue, engine, clock):
@@ -28,3 +30,23 @@ def test_claim_returns_due_rows_behind_rows_locked_elsewhere(make_queue, engine,
         assert [e.key for e in queue.poll_many(2)] == ["k2", "k3"]
         other.rollback()
     assert [e.key for e in queue.poll_many(5)] == ["k0", "k1", "k4"]
+
+
+def test_a_claim_locks_only_what_it_takes_in_a_new_small_table(engine):
+    # A locking read locks every row it examines: a plan that reads all due messages and
+    # sorts them (what MariaDB chose for a table without statistics) would lock all of them,
+    # and the second of two concurrent claims would find nothing while 30 messages wait.
+    if not DelayedQueue(engine, "probe").dao.skip_locked:
+        pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
+    name = unique_name("sqd_small")
+    create_schema(engine, table_name=name)
+    try:
+        queue = DelayedQueue(engine, "small", table_name=name)
+        queue.offer_many([Message(f"m{i}", i) for i in range(40)])
+        with engine.connect() as conn, conn.begin():
+            first = queue.poll_many(10, connection=conn)  # its transaction stays open
+            second = queue.poll_many(10)
+            assert len(first) == len(second) == 10
+            assert not {e.key for e in first} & {e.key for e in second}
+    finally:
+        drop_schema(engine, table_name=name)

@@ -112,6 +112,8 @@ class QueueDao(FlowControl):
 
     def __init__(self, table: sa.Table) -> None:
         self.table = t = table
+        # the index claims walk: (pkind, priority DESC, scheduled_at, id)
+        self.claim_index = f"{t.name}_kind_prio_ix"
         self._insert_sql: dict[tuple[str, int], tuple[str, list[str] | None]] = {}
         # in the order of ClaimedRow's fields
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,

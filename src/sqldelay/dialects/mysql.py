@@ -53,6 +53,15 @@ class MySQLQueueDao(QueueDao):
     unavailable_codes = frozenset({2002, 2003, 2006, 2013, 1053, 1927, 4031})
     missing_table_codes = frozenset({1146})
 
+    def __init__(self, table: sa.Table) -> None:
+        super().__init__(table)
+        # Marking the claimed rows by id: on a small table the optimizer scans the whole
+        # table for ``id IN (...)`` (measured on MariaDB 10.11: 40 rows, 10 ids), and at the
+        # claim's REPEATABLE READ every row scanned stays locked to the end of the claim, so a
+        # concurrent claim skips them all and finds nothing. The primary key reads only those.
+        self._mark_claimed = {by: stmt.with_hint("FORCE INDEX (PRIMARY)")
+                              for by, stmt in self._mark_claimed.items()}
+
     def begin_offer(self, conn: sa.Connection) -> None:
         # At InnoDB's default REPEATABLE READ, the offer's locking read of keys that do not
         # exist yet takes gap locks, which do not conflict with each other; two producers of
@@ -71,6 +80,19 @@ class MySQLQueueDao(QueueDao):
         # prefix_with dialect filter: the "mariadb" dialect name would drop it).
         conn.execute(sa.insert(table).prefix_with("IGNORE"),
                      [{"pkind": pkind, **r} for r in rows])
+
+    def select_due(self, pkind: str, now_ms: int, limit: int,
+                   where: Sequence[str] = ()) -> sa.Select:
+        # A locking read locks every row it examines, and on a table without statistics
+        # (a new one, a small queue) the optimizer may take the due index and sort: the
+        # claim then locks every due message of the queue while it takes ``limit``, and a
+        # concurrent claim, skipping them all, finds nothing (measured on MariaDB 10.11: of 40
+        # due messages, the first claim of 10 locked all 40 and the second got none). Walking
+        # the claim index in order examines only what it takes, whatever the statistics say.
+        stmt = super().select_due(pkind, now_ms, limit, where)
+        if "ungrouped" in where:  # a grouped queue's ungrouped messages: the planner's choice
+            return stmt
+        return stmt.with_hint(self.table, f"FORCE INDEX ({self.claim_index})")
 
     def current_read(self, stmt: sa.Select) -> sa.Select:
         # Claims run at InnoDB's REPEATABLE READ, where a plain read sees the snapshot the

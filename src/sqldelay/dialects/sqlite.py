@@ -78,8 +78,8 @@ class SQLiteQueueDao(QueueDao):
                     .limit(sa.bindparam("b_limit")))
             compiled = stmt.compile(dialect=sqlite.dialect(paramstyle="named"))
             name = sqlite.dialect().identifier_preparer.format_table(t)
-            index = f"{t.name}_kind_prio_ix"
-            sql = compiled.string.replace(f"FROM {name} ", f"FROM {name} INDEXED BY {index} ", 1)
+            sql = compiled.string.replace(f"FROM {name} ",
+                                          f"FROM {name} INDEXED BY {self.claim_index} ", 1)
             self._dues[where] = (sql, {k: v for k, v in compiled.params.items()
                                        if not k.startswith("b_")})
         return self._dues[where]
