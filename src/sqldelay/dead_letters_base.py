@@ -57,7 +57,8 @@ class DeadLettersBase:
         self.clock = clock if clock is not None else SystemClock()
         self.dao = dao_class_for(engine.dialect)(queue_table(metadata, table_name))
         self.table = dead_letter_table(metadata, table_name)
-        self.recorder = Recorder(history_table(metadata, table_name)) if history else None
+        self.recorder = (Recorder(history_table(metadata, table_name), self.dao) if history
+                         else None)
 
     @classmethod
     def of(cls, queue):

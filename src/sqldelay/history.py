@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from .checks import check_text, storable_text
 from .clock import duration_ms, from_ms
+from .dialects import QueueDao
 from .errors import InvalidArgumentError
 from .schema import ACTOR_LENGTH, ERROR_LENGTH
 
@@ -114,10 +115,12 @@ def detail_text(text: str) -> str:
 
 
 class Recorder:
-    """Writes events into the history ``table`` and reads them back, per queue (``pkind``)."""
+    """Writes events into the history ``table`` (through ``dao``, which knows how its
+    database takes many rows at once) and reads them back, per queue (``pkind``)."""
 
-    def __init__(self, table: sa.Table) -> None:
+    def __init__(self, table: sa.Table, dao: QueueDao) -> None:
         self.table = table
+        self.dao = dao
 
     @staticmethod
     def event(pkind: str, kind: EventKind, key: str, at_ms: int, *, actor: str | None = None,
@@ -127,9 +130,9 @@ class Recorder:
                 "detail": None if detail is None else detail_text(detail)}
 
     def write(self, conn: sa.Connection, events: Sequence[dict]) -> None:
-        """Insert ``events``: one statement (the driver's executemany) for all of them."""
+        """Insert ``events``: one multi-row statement (the array insert on Oracle)."""
         if events:
-            conn.execute(sa.insert(self.table), list(events))
+            self.dao.insert_rows(conn, self.table, events)
 
     def read_op(self, pkind: str, key: str):
         """The events of ``key`` (across re-offers of the key), oldest first."""

@@ -95,7 +95,7 @@ class QueueBase:
         # with history, each change writes its events in its own transaction (see history.py)
         self.history_settings = History.of(history)
         self.recorder = (None if self.history_settings is None
-                         else Recorder(history_table(metadata, table_name)))
+                         else Recorder(history_table(metadata, table_name), self.dao))
         # claims run as one statement where the database gains by it, until a claim finds the
         # queue under flow control, whose claim takes a transaction (as does a recorded one)
         self.claim_alone = self.dao.claim_is_one_statement and self.recorder is None

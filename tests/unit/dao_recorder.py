@@ -187,7 +187,7 @@ def history_recordings(dao, dialect: sa.Dialect, kind: str,
     beyond a plain queue's, in order: an offer and a claim naming who made them, the events
     written, the deletions that say which keys went (ack_many, drop, a batch of clear), the
     history read back and a batch of pruning. ``offered`` answers the offer's reads."""
-    recorder = Recorder(history_table(dao.table.metadata, dao.table.name))
+    recorder = Recorder(history_table(dao.table.metadata, dao.table.name), dao)
     key_rows = [SimpleNamespace(id=7, pkey="k")]
     out = []
 

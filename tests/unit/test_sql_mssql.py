@@ -120,7 +120,7 @@ def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
 def test_a_full_offer_chunk_is_one_insert_statement_under_the_parameter_limit(dao):
     chunk = [OfferRow(f"k{i}", b"p", 1, False) for i in range(dao.offer_chunk)]
     conn = RecordingConnection(DIALECT)
-    dao.offer(conn, "q|json", chunk, 0)
+    dao.offer(conn, "q|json", chunk, 0, actor="shop")  # naming the producer: a value more
     (select, select_params), (insert, _) = conn.executed
     # the whole chunk is one multi-row INSERT (inserted all or nothing) under the limit
     per_row = len(insert.compile(dialect=DIALECT).params) // dao.offer_chunk

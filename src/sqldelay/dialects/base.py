@@ -101,6 +101,9 @@ class QueueDao(FlowControl):
     # offers insert through SQL compiled once per row count, the driver binding the values
     # (False where the driver needs SQLAlchemy's own parameter handling)
     precompiled_insert: ClassVar[bool] = False
+    # the most bound values one statement may carry (SQLite's default limit, below what
+    # PostgreSQL's and MySQL's protocols allow)
+    max_parameters: ClassVar[int] = 32766
     # the largest payload the payload column takes (None: no limit short of memory)
     max_payload_bytes: ClassVar[int | None] = None
     # characters LIKE treats as wildcards besides the escape character (SQL Server adds "[")
@@ -114,7 +117,7 @@ class QueueDao(FlowControl):
         self.table = t = table
         # the index claims walk: (pkind, priority DESC, scheduled_at, id)
         self.claim_index = f"{t.name}_kind_prio_ix"
-        self._insert_sql: dict[tuple[str, int], tuple[str, list[str] | None]] = {}
+        self._insert_sql: dict[tuple, tuple[str, list[str] | None]] = {}
         # in the order of ClaimedRow's fields
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
                                t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
@@ -259,26 +262,31 @@ class QueueDao(FlowControl):
         """Insert rows all or nothing: one multi-row statement, which a duplicate key undoes
         whole. (Driver executemany can run row by row, or split a large batch, and leave the
         rows before a failure, which the retry round would then take for someone else's.)"""
-        params = self.row_params(pkind, rows, now_ms, actor)
-        if not self.precompiled_insert:
-            conn.execute(sa.insert(self.table).values(params))
-            return
-        # SQLAlchemy spends most of such an offer building and compiling the statement's
-        # hundreds of bound parameters; its text depends only on the row count, so it is
-        # compiled once per count and the driver gets the values as they are
-        columns = [c.name for c in self.table.columns if c.name in params[0]]  # table order
-        sql, names = self._multirow_insert(conn.dialect, len(rows), columns)
-        values = [row[column] for row in params for column in columns]
-        conn.exec_driver_sql(
-            sql, tuple(values) if names is None else dict(zip(names, values, strict=True)))
+        self.insert_rows(conn, self.table, self.row_params(pkind, rows, now_ms, actor))
 
-    def _multirow_insert(self, dialect: sa.Dialect, n: int,
+    def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:
+        """Insert ``params`` (dicts with the same keys) into ``table`` with one multi-row
+        INSERT per as many rows as a statement's bound values allow (an offer chunk is one)."""
+        columns = [c.name for c in table.columns if c.name in params[0]]  # table order
+        for chunk in chunked(params, self.max_parameters // len(columns)):
+            if not self.precompiled_insert:
+                conn.execute(sa.insert(table).values(list(chunk)))
+                continue
+            # SQLAlchemy spends most of such an insert building and compiling the
+            # statement's hundreds of bound parameters; its text depends only on the row
+            # count, so it is compiled once per count and the driver gets the values as they are
+            sql, names = self._multirow_insert(conn.dialect, table, len(chunk), columns)
+            values = [row[column] for row in chunk for column in columns]
+            conn.exec_driver_sql(
+                sql, tuple(values) if names is None else dict(zip(names, values, strict=True)))
+
+    def _multirow_insert(self, dialect: sa.Dialect, table: sa.Table, n: int,
                          columns: Sequence[str]) -> tuple[str, list[str] | None]:
-        """The SQL of an n-row INSERT of ``columns`` and its parameter names (None:
-        positional, in order)."""
-        key = (dialect.paramstyle, n, tuple(columns))
+        """The SQL of an n-row INSERT of ``columns`` into ``table`` and its parameter names
+        (None: positional, in order)."""
+        key = (dialect.paramstyle, table.name, n, tuple(columns))
         if key not in self._insert_sql:
-            stmt = sa.insert(self.table).values([
+            stmt = sa.insert(table).values([
                 {c: sa.bindparam(f"{c}_{i}") for c in columns} for i in range(n)])
             compiled = stmt.compile(dialect=dialect)
             names = [f"{c}_{i}" for i in range(n) for c in columns]

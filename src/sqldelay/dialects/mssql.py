@@ -28,7 +28,9 @@ from ..schema import ERROR_LENGTH, QueueKey, QueuePayload, QueueText
 from .base import ClaimedRow, QueueDao
 
 _PARAMETER_LIMIT = 2100
-_INSERT_PARAMETERS = 10  # bound values per inserted row (every column but the identity)
+# bound values per inserted row: every column but the identity and claimed_by (enqueued_by
+# included: an offer may name its producer)
+_INSERT_PARAMETERS = 11
 
 # pyodbc puts the native error number of the first diagnostic record before the name of the
 # ODBC function that failed: "[23000] [Microsoft]...duplicate key ... (2627) (SQLExecDirectW)"
@@ -78,7 +80,8 @@ class MSSQLQueueDao(QueueDao):
     unavailable_codes = frozenset({233, 10053, 10054, 10060})
     missing_table_codes = frozenset({208})  # invalid object name
     # a chunk's multi-row INSERT and its key IN-list stay under the parameter limit
-    offer_chunk = (_PARAMETER_LIMIT - 1) // _INSERT_PARAMETERS
+    max_parameters = _PARAMETER_LIMIT - 1
+    offer_chunk = max_parameters // _INSERT_PARAMETERS
     in_list_max = 2000  # ids plus the lock and due-time parameters
     like_specials = "%_["  # "[" opens a character class in LIKE patterns here
     max_payload_bytes = 2**31 - 1  # VARBINARY(MAX)

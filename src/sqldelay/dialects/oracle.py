@@ -101,10 +101,14 @@ class OracleQueueDao(QueueDao):
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int, actor: str | None) -> None:
-        # no multi-row VALUES here, and a failed array insert keeps the rows before the
-        # failing one: a savepoint makes the executemany all or nothing
+        # a failed array insert keeps the rows before the failing one: a savepoint makes the
+        # executemany all or nothing
         with conn.begin_nested():
-            conn.execute(sa.insert(self.table), self.row_params(pkind, rows, now_ms, actor))
+            super().insert_new(conn, pkind, rows, now_ms, actor)
+
+    def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:
+        # no multi-row VALUES here: the driver's array insert, one round trip
+        conn.execute(sa.insert(table), list(params))
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> list[tuple]:

@@ -63,6 +63,7 @@ class PostgresQueueDao(QueueDao):
         super().__init__(table)
         t = table
         self._offer_cache: dict[tuple[str, bool, bool], tuple] = {}
+        self._unnest_inserts: dict[tuple, sa.Insert] = {}
 
         # one array parameter instead of an IN-list: the statement text is the same for any
         # batch, so psycopg parses it once and the server can prepare it
@@ -209,6 +210,24 @@ class PostgresQueueDao(QueueDao):
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> str | None:
         return getattr(exc.orig, "sqlstate", None)
+
+    def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:
+        # one array per column, unnested: a short statement whatever the row count, which
+        # psycopg parses once (a multi-row VALUES of hundreds of placeholders is parsed anew
+        # on every call, and cost more than the server's work for the history's events)
+        names = tuple(c.name for c in table.columns if c.name in params[0])
+        conn.execute(self._unnest_insert(table, names),
+                     {name: [row[name] for row in params] for name in names})
+
+    def _unnest_insert(self, table: sa.Table, names: tuple[str, ...]) -> sa.Insert:
+        key = (table.name, names)
+        if key not in self._unnest_inserts:
+            rows = sa.func.unnest(*(sa.bindparam(n, type_=pg.ARRAY(table.c[n].type))
+                                    for n in names)).table_valued(*names).render_derived(
+                name="u")
+            self._unnest_inserts[key] = sa.insert(table).from_select(
+                list(names), sa.select(*(rows.c[n] for n in names)))
+        return self._unnest_inserts[key]
 
     def _offer_statement(self, update: bool, by: bool) -> sa.Select:
         """The offer of a chunk: one INSERT … SELECT FROM unnest(arrays) with ON CONFLICT DO
