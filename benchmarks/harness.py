@@ -90,12 +90,13 @@ class Bench:
             drop_schema(self.engine, table_name=name)
         self.engine.dispose()
 
-    def table_for(self, suffix: str = "", *, tuning: str | None = None) -> str:
+    def table_for(self, suffix: str = "", *, tuning: str | None = None,
+                  history: bool = False) -> str:
         """A queue table of this run (created once, dropped by ``close``)."""
         name = f"{self.table}{suffix}"
         if name not in self._tables:
             drop_schema(self.engine, table_name=name)
-            create_schema(self.engine, table_name=name, tuning=tuning)
+            create_schema(self.engine, table_name=name, tuning=tuning, history=history)
             self._tables.append(name)
         return name
 
@@ -147,6 +148,21 @@ def run_threads(count: int, work: Callable[[int], None]) -> float:
     if errors:
         raise errors[0]
     return elapsed
+
+
+def produce(queue: DelayedQueue, clients: int, batch: int, batches: int,
+            at: datetime) -> Callable[[int], None]:
+    """A producer body (one of ``clients``): its share of ``batches`` offers of ``batch``
+    messages due at ``at`` (``offer`` when ``batch`` is 1, else ``offer_many``)."""
+
+    def work(i: int) -> None:
+        for b in range(i, batches, clients):
+            if batch == 1:
+                queue.offer(f"k{b}", PAYLOAD, at)
+            else:
+                queue.offer_many([Message(f"k{b}-{j}", PAYLOAD, at) for j in range(batch)])
+
+    return work
 
 
 def drain(queue: DelayedQueue, batch: int) -> Callable[[int], None]:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqldelay import Message
-
 from .. import references
-from ..harness import OURS, PAYLOAD, Bench, drain, fill, run_threads
+from ..harness import OURS, Bench, drain, fill, produce, run_threads
 
 RATE = "messages/s"
 
@@ -38,16 +36,7 @@ def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     queue = bench.queue(scenario)
     clients = bench.producers
     batches = messages // batch
-    now = datetime.now(UTC)
-
-    def work(i: int) -> None:
-        for b in range(i, batches, clients):
-            if batch == 1:
-                queue.offer(f"k{b}", PAYLOAD, now)
-            else:
-                queue.offer_many([Message(f"k{b}-{j}", PAYLOAD, now) for j in range(batch)])
-
-    elapsed = run_threads(clients, work)
+    elapsed = run_threads(clients, produce(queue, clients, batch, batches, datetime.now(UTC)))
     done = batches * batch
     bench.add(scenario, OURS, RATE, done / elapsed,
               params={"batch": batch, "clients": clients, "messages": done})

@@ -42,9 +42,10 @@ def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, tmp_path,
         assert plan["params"]["uses_index_at_every_size"] is True
     if dialect == "postgresql" and pgbench.executable():
         ceilings = [f for f in figures if f["subject"] == "pgbench"]
-        # flow_drain runs the plain claim's ceiling beside its flow-controlled drains
+        # flow_drain and history_* run the plain statements' ceilings beside their variants
         assert {f["scenario"] for f in ceilings} == {
-            "offer", "offer_many", "poll_ack", "poll_many_ack_many", "flow_drain"}
+            "offer", "offer_many", "poll_ack", "poll_many_ack_many", "flow_drain",
+            "history_offer", "history_drain"}
         # the C client moved every message it was given: the compiled statements work
         assert all(f["value"] and f["params"]["messages"] > 0 for f in ceilings)
         assert any(r["reference"] == "pgbench" for r in result["ratios"])
