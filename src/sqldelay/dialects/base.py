@@ -83,6 +83,10 @@ class ClaimedRow:
     previous_holder: str | None = None
 
 
+# the row number's place in the parameter names of a one-row INSERT used as a template
+_ROW = "rowno"
+
+
 class QueueDao(FlowControl):
     """Portable behaviour; correct on any database that has row locks and SKIP LOCKED."""
 
@@ -283,17 +287,30 @@ class QueueDao(FlowControl):
     def _multirow_insert(self, dialect: sa.Dialect, table: sa.Table, n: int,
                          columns: Sequence[str]) -> tuple[str, list[str] | None]:
         """The SQL of an n-row INSERT of ``columns`` into ``table`` and its parameter names
-        (None: positional, in order)."""
+        (None: positional, in order).
+
+        SQLAlchemy compiles the one-row statement; its VALUES group is repeated n times with
+        each row's parameter names. (Compiling the n-row statement itself took 30 ms for 100
+        rows and half a second for 1,000: time an asyncio front end would hold its loop.)"""
         key = (dialect.paramstyle, table.name, n, tuple(columns))
         if key not in self._insert_sql:
-            stmt = sa.insert(table).values([
-                {c: sa.bindparam(f"{c}_{i}") for c in columns} for i in range(n)])
-            compiled = stmt.compile(dialect=dialect)
-            names = [f"{c}_{i}" for i in range(n) for c in columns]
-            if compiled.positional:
-                assert list(compiled.positiontup) == names  # the order the values come in
-                names = None
-            self._insert_sql[key] = (compiled.string, names)
+            if dialect.paramstyle in ("numeric", "numeric_dollar"):  # numbered placeholders
+                stmt = sa.insert(table).values([
+                    {c: sa.bindparam(f"{c}_{i}") for c in columns} for i in range(n)])
+                compiled = stmt.compile(dialect=dialect)
+                self._insert_sql[key] = (compiled.string, None)
+                return self._insert_sql[key]
+            one = sa.insert(table).values({c: sa.bindparam(f"{c}_{_ROW}") for c in columns})
+            compiled = one.compile(dialect=dialect)
+            head, sep, group = compiled.string.partition(" VALUES ")
+            assert sep and group.startswith("(") and group.endswith(")"), compiled.string
+            sql = head + sep + ", ".join(group.replace(_ROW, str(i)) for i in range(n))
+            names = None
+            if not compiled.positional:
+                names = [f"{c}_{i}" for i in range(n) for c in columns]
+            else:
+                assert list(compiled.positiontup) == [f"{c}_{_ROW}" for c in columns]
+            self._insert_sql[key] = (sql, names)
         return self._insert_sql[key]
 
     def select_existing(self, pkind: str, keys: Sequence[str]) -> sa.Select:
