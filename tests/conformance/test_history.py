@@ -89,7 +89,7 @@ def test_dead_letter_requeue_ack(make_queue, clock, front):
     front.worker(queue, lambda envelope: 1 / 0, name="w", listeners=[],
                  retry=RetryPolicy.fixed(S, max_attempts=1)).drain()
     letters = front.dead_letters(queue)
-    [dead] = letters.list()
+    [dead] = letters.list(queue.name)
     assert dead.enqueued_by == "shop"
     assert letters.requeue([dead.id], by="operator") == 1
     back = queue.poll(by="w2")
@@ -133,7 +133,7 @@ def test_drops_clears_and_dead_letter_drops_are_recorded(make_queue, clock, fron
     front.worker(queue, lambda e: 1 / 0, listeners=[],
                  retry=RetryPolicy.fixed(S, max_attempts=1)).drain()
     letters = front.dead_letters(queue)
-    assert letters.drop([d.id for d in letters.list()], by="ops") == 1
+    assert letters.drop([d.id for d in letters.list(queue.name)], by="ops") == 1
     assert [k for k, *_ in timeline(queue, "k0")] == [
         EventKind.OFFERED, EventKind.IGNORED, EventKind.CLEARED]
     assert timeline(queue, "k1")[-1] == (EventKind.DROPPED, "ops", None)
