@@ -29,7 +29,7 @@ Lock = threading.Lock
 
 __all__ = ["Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock", "Retrying",
            "Spawned", "check_connection", "engine_problem", "install_signal_handlers",
-           "notify_all_soon", "run_op", "sleep", "spawn", "wait_event"]
+           "notify_all_soon", "run_op", "sleep", "spawn", "threadsafe", "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -60,6 +60,11 @@ def sleep(seconds: float) -> None:
 def wait_event(event: threading.Event, timeout: float | None) -> bool:
     """Wait until ``event`` is set or ``timeout`` seconds pass; whether it is set."""
     return event.wait(timeout)
+
+
+def threadsafe(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn``, callable from any thread (threads' events and conditions already are)."""
+    return fn
 
 
 def notify_all_soon(cond: threading.Condition) -> None:

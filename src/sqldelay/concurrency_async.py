@@ -36,7 +36,7 @@ Lock = asyncio.Lock
 __all__ = ["AsyncConnection", "AsyncEngine", "AsyncRetrying", "Condition", "Event",
            "HandlerRunner", "Lock", "Spawned", "check_connection", "engine_problem",
            "install_signal_handlers", "notify_all_soon", "run_op", "sleep", "spawn",
-           "wait_event"]
+           "threadsafe", "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -77,6 +77,20 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
 
 
 _notifying: set[asyncio.Task] = set()  # references to running notify tasks (see asyncio docs)
+
+
+def threadsafe(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn``, callable from any thread: it runs on the running loop (a loop that has
+    closed meanwhile has nothing left to call it for)."""
+    loop = asyncio.get_running_loop()
+
+    def call() -> None:
+        try:
+            loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    return call
 
 
 def notify_all_soon(cond: asyncio.Condition) -> None:

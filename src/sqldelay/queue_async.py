@@ -84,8 +84,8 @@ class AsyncDelayedQueue(QueueBase):
             return []
         outcomes = await self.executor.run(plan.op, write=True, connection=connection,
                                            one_statement=plan.one_statement, offer=True)
-        if plan.flags_groups and connection is None:
-            self.groups_flagged = True  # committed (in the caller's transaction: maybe not)
+        if connection is None:  # committed (in the caller's transaction: maybe not)
+            self.offered(plan, outcomes)
         return outcomes
 
     # ---- consuming -----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from . import wakeups
 from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
@@ -61,9 +62,11 @@ class Call:
 @dataclass(frozen=True, slots=True)
 class OfferPlan(Call):
     """An offer ready to run: ``op`` returns the outcomes in input order. ``flags_groups``:
-    it also marks the queue as having groups (once per queue object)."""
+    it also marks the queue as having groups (once per queue object); ``earliest_ms``: the
+    earliest due time it writes."""
 
     flags_groups: bool = False
+    earliest_ms: int = 0
 
 
 class QueueBase:
@@ -156,7 +159,15 @@ class QueueBase:
 
         one = (not flag and self.recorder is None and len(planned) == 1
                and dao.offer_is_one_statement([rows[i] for i in planned[0]]))
-        return OfferPlan(op, one, flag)
+        return OfferPlan(op, one, flag, min(row.at_ms for row in rows))
+
+    def offered(self, plan: OfferPlan, outcomes: Sequence[OfferOutcome]) -> None:
+        """After an offer committed: wake this process's sleeping workers of the queue if it
+        wrote a message due before they meant to look again."""
+        if plan.flags_groups:
+            self.groups_flagged = True
+        if any(outcome is not OfferOutcome.IGNORED for outcome in outcomes):
+            wakeups.offered(self, plan.earliest_ms)
 
     def _offer_events(self, rows: Sequence[OfferRow], outcomes: Sequence[OfferOutcome],
                       now: int, actor: str | None) -> list[dict]:

@@ -9,6 +9,7 @@ What a worker does (modes, retries, dead letters, shutdown, sleeping and wake-up
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from . import wakeups
 from .concurrency import (
     Condition,
     Connection,
@@ -35,12 +37,14 @@ from .concurrency import (
     notify_all_soon,
     run_op,
     spawn,
+    threadsafe,
     wait_event,
 )
 from .dead_letters import DeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue import DelayedQueue
+from .wakeups import Sleeper
 from .worker_base import (
     MAX_BACKOFF,
     MIN_IDLE,
@@ -119,6 +123,9 @@ class Worker(WorkerBase):
             self._reset()
             restore = install_signal_handlers(self.stop) if signals else (lambda: None)
             helpers = self._start_helpers(until_idle)
+            # offers of this process wake the worker from an idle sleep (wakeups.py)
+            unregister = (wakeups.register(self.queues.values(), self._sleeper)
+                          if self.wake_ups else (lambda: None))
             try:
                 if self.mode is ProcessingMode.TRANSACTIONAL:
                     self._run_transactional(until_idle)
@@ -127,6 +134,7 @@ class Worker(WorkerBase):
             finally:
                 self._stop.set()
                 self._wake.set()
+                unregister()
                 for helper in helpers:
                     helper.join(timeout=1.0)
                 restore()
@@ -140,6 +148,7 @@ class Worker(WorkerBase):
         self._stop.clear()
         self._abandon.clear()
         self._wake.clear()
+        self._sleeper = Sleeper(threadsafe(self.wake))
         self._buffer.clear()
         self._running.clear()
         self._to_ack.clear()
@@ -449,7 +458,10 @@ class Worker(WorkerBase):
                 if control is not None and control.paused:
                     continue  # a resume wakes listening workers; others look after idle_poll
             timeout = min(timeout, max(until_due, MIN_IDLE))
+        # an offer in this process of a message due before then wakes the worker
+        self._sleeper.until_ms = min(q.now_ms() for q in self.queues.values()) + timeout * 1000
         wait_event(self._wake, timeout)
+        self._sleeper.until_ms = math.inf
         self._rotation.wake()
 
     def _heartbeat_loop(self) -> None:

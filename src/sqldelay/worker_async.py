@@ -7,6 +7,7 @@ What a worker does (modes, retries, dead letters, shutdown, sleeping and wake-up
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from . import wakeups
 from .concurrency_async import (
     AsyncConnection,
     AsyncRetrying,
@@ -33,12 +35,14 @@ from .concurrency_async import (
     notify_all_soon,
     run_op,
     spawn,
+    threadsafe,
     wait_event,
 )
 from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue_async import AsyncDelayedQueue
+from .wakeups import Sleeper
 from .worker_base import (
     MAX_BACKOFF,
     MIN_IDLE,
@@ -117,6 +121,9 @@ class AsyncWorker(WorkerBase):
             self._reset()
             restore = install_signal_handlers(self.stop) if signals else (lambda: None)
             helpers = self._start_helpers(until_idle)
+            # offers of this process wake the worker from an idle sleep (wakeups.py)
+            unregister = (wakeups.register(self.queues.values(), self._sleeper)
+                          if self.wake_ups else (lambda: None))
             try:
                 if self.mode is ProcessingMode.TRANSACTIONAL:
                     await self._run_transactional(until_idle)
@@ -125,6 +132,7 @@ class AsyncWorker(WorkerBase):
             finally:
                 self._stop.set()
                 self._wake.set()
+                unregister()
                 for helper in helpers:
                     await helper.join(timeout=1.0)
                 restore()
@@ -138,6 +146,7 @@ class AsyncWorker(WorkerBase):
         self._stop.clear()
         self._abandon.clear()
         self._wake.clear()
+        self._sleeper = Sleeper(threadsafe(self.wake))
         self._buffer.clear()
         self._running.clear()
         self._to_ack.clear()
@@ -447,7 +456,10 @@ class AsyncWorker(WorkerBase):
                 if control is not None and control.paused:
                     continue  # a resume wakes listening workers; others look after idle_poll
             timeout = min(timeout, max(until_due, MIN_IDLE))
+        # an offer in this process of a message due before then wakes the worker
+        self._sleeper.until_ms = min(q.now_ms() for q in self.queues.values()) + timeout * 1000
         await wait_event(self._wake, timeout)
+        self._sleeper.until_ms = math.inf
         self._rotation.wake()
 
     async def _heartbeat_loop(self) -> None:

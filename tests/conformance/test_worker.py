@@ -353,6 +353,32 @@ def test_wake_up_on_offer_reaches_a_sleeping_worker(make_queue, engine, table_na
         thread.join(20)
 
 
+def test_an_offer_in_this_process_wakes_a_sleeping_worker(make_queue, front):
+    # on every database, notifications or not: the worker sleeps for five minutes
+    q = make_queue(clock=SystemClock())
+    idle = threading.Event()
+    handled: list[tuple[str, object]] = []
+
+    class Idle(WorkerListener):
+        def idle(self) -> None:
+            idle.set()
+
+    worker = front.worker(q, lambda e: handled.append((e.key, SystemClock().now())),
+                          idle_poll=timedelta(minutes=5), listeners=[Idle()])
+    thread = in_thread(worker.run)
+    try:
+        assert idle.wait(20), "the worker did not go idle"
+        q.offer("now", 1)
+        wait_for(lambda: handled, what="an offer to wake the sleeping worker")
+        soon = SystemClock().now() + timedelta(milliseconds=500)
+        q.offer("soon", 2, at=soon)  # due long before the worker meant to look again
+        wait_for(lambda: len(handled) == 2, what="a message due soon to wake the worker")
+        assert handled[1][0] == "soon" and handled[1][1] >= soon
+    finally:
+        worker.stop()
+        thread.join(20)
+
+
 def test_only_offers_due_now_notify(make_queue, engine, table_name):
     q = make_queue(clock=SystemClock())
     if not q.dao.notifications:
