@@ -19,9 +19,9 @@ exactly once.
 When nothing is due a worker sleeps until the earliest due time the queue knows of (at most
 ``idle_poll``), or until a wake-up: ``wake()``, an offer in the same process of a message
 due before then (``wakeups.py``), or on PostgreSQL a NOTIFY from an offer of a message that is
-due now (``wake_ups=False``: neither). ``stop()`` (from any thread for ``Worker``, from the event loop for
-``AsyncWorker``), SIGTERM or SIGINT end ``run()``: unstarted messages are released at once,
-running handlers get ``grace_period`` to finish.
+due now (``wake_ups=False``: neither). ``stop()`` (from any thread for ``Worker``, from the
+event loop for ``AsyncWorker``), SIGTERM or SIGINT end ``run()``: unstarted messages are
+released at once, running handlers get ``grace_period`` to finish.
 """
 
 from __future__ import annotations
