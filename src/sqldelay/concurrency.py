@@ -29,7 +29,8 @@ Lock = threading.Lock
 
 __all__ = ["Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock", "Retrying",
            "Spawned", "check_connection", "engine_problem", "install_signal_handlers",
-           "notify_all_soon", "run_op", "sleep", "spawn", "threadsafe", "wait_event"]
+           "notify_all_soon", "run_blocking", "run_op", "run_to_end", "sleep", "spawn",
+           "threadsafe", "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -60,6 +61,16 @@ def sleep(seconds: float) -> None:
 def wait_event(event: threading.Event, timeout: float | None) -> bool:
     """Wait until ``event`` is set or ``timeout`` seconds pass; whether it is set."""
     return event.wait(timeout)
+
+
+def run_blocking(fn: Callable[[], T]) -> T:
+    """Call ``fn``, which blocks (threads may)."""
+    return fn()
+
+
+def run_to_end(fn: Callable[[], T]) -> T:
+    """Run ``fn()`` where nothing else runs yet (a forked process)."""
+    return fn()
 
 
 def threadsafe(fn: Callable[[], None]) -> Callable[[], None]:

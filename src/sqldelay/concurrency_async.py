@@ -35,8 +35,8 @@ Lock = asyncio.Lock
 
 __all__ = ["AsyncConnection", "AsyncEngine", "AsyncRetrying", "Condition", "Event",
            "HandlerRunner", "Lock", "Spawned", "check_connection", "engine_problem",
-           "install_signal_handlers", "notify_all_soon", "run_op", "sleep", "spawn",
-           "threadsafe", "wait_event"]
+           "install_signal_handlers", "notify_all_soon", "run_blocking", "run_op",
+           "run_to_end", "sleep", "spawn", "threadsafe", "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -77,6 +77,17 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
 
 
 _notifying: set[asyncio.Task] = set()  # references to running notify tasks (see asyncio docs)
+
+
+async def run_blocking(fn: Callable[[], T]) -> T:
+    """Call ``fn``, which blocks, in a thread, leaving the loop free."""
+    return await asyncio.to_thread(fn)
+
+
+def run_to_end(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run the coroutine function ``fn`` on a new event loop, where none runs yet (a
+    forked process)."""
+    return asyncio.run(fn())
 
 
 def threadsafe(fn: Callable[[], None]) -> Callable[[], None]:

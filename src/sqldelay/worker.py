@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,9 @@ from .concurrency import (
     Spawned,
     install_signal_handlers,
     notify_all_soon,
+    run_blocking,
     run_op,
+    run_to_end,
     spawn,
     threadsafe,
     wait_event,
@@ -44,6 +47,7 @@ from .dead_letters import DeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue import DelayedQueue
+from .supervisor import supervise
 from .wakeups import Sleeper
 from .worker_base import (
     MAX_BACKOFF,
@@ -73,6 +77,7 @@ class Worker(WorkerBase):
         self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
         self._handlers = HandlerRunner(self.concurrency)
         self._stop = Event()
+        self._processes_stop = threading.Event()  # the forked processes' (any thread sets it)
         self._abandon = Event()  # the grace period is over: give up on the database
         self._wake = Event()
         self._starved = False  # the last claim came back empty
@@ -95,15 +100,33 @@ class Worker(WorkerBase):
 
     def run(self, *, signals: bool = True) -> None:
         """Process messages until ``stop()``, or SIGTERM or SIGINT when ``signals`` (leave the
-        signals to the host when the worker runs inside a server that handles them)."""
-        self._run(until_idle=False, signals=signals)
+        signals to the host when the worker runs inside a server that handles them). With
+        ``processes`` > 1, in that many forked processes (``supervisor.py``)."""
+        if self.processes == 1:
+            self._run(until_idle=False, signals=signals)
+            return
+        self._processes_stop.clear()
+        restore = (install_signal_handlers(self._processes_stop.set) if signals
+                   else (lambda: None))
+        try:
+            engines = {id(q.engine): q.engine for q in self.queues.values()}.values()
+            run_blocking(partial(supervise, self.processes,
+                                 partial(run_to_end, self._run_child),
+                                 self._processes_stop, engines))
+        finally:
+            restore()
+
+    def _run_child(self) -> None:
+        self._run(until_idle=False, signals=True)
 
     def drain(self) -> int:
-        """Process messages until none is due, then return how many were handled."""
+        """Process messages until none is due, then return how many were handled (in this
+        process: ``processes`` is for ``run``)."""
         return self._run(until_idle=True, signals=False)
 
     def stop(self) -> None:
         """Ask ``run()`` to finish; see ``WorkerBase`` for what finishing does."""
+        self._processes_stop.set()
         self._stop.set()
         self._wake.set()
         notify_all_soon(self._work)

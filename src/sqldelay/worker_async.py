@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,9 @@ from .concurrency_async import (
     Spawned,
     install_signal_handlers,
     notify_all_soon,
+    run_blocking,
     run_op,
+    run_to_end,
     spawn,
     threadsafe,
     wait_event,
@@ -42,6 +45,7 @@ from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue_async import AsyncDelayedQueue
+from .supervisor import supervise
 from .wakeups import Sleeper
 from .worker_base import (
     MAX_BACKOFF,
@@ -71,6 +75,7 @@ class AsyncWorker(WorkerBase):
         self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
         self._handlers = HandlerRunner(self.concurrency)
         self._stop = Event()
+        self._processes_stop = threading.Event()  # the forked processes' (any thread sets it)
         self._abandon = Event()  # the grace period is over: give up on the database
         self._wake = Event()
         self._starved = False  # the last claim came back empty
@@ -93,15 +98,33 @@ class AsyncWorker(WorkerBase):
 
     async def run(self, *, signals: bool = True) -> None:
         """Process messages until ``stop()``, or SIGTERM or SIGINT when ``signals`` (leave the
-        signals to the host when the worker runs inside a server that handles them)."""
-        await self._run(until_idle=False, signals=signals)
+        signals to the host when the worker runs inside a server that handles them). With
+        ``processes`` > 1, in that many forked processes (``supervisor.py``)."""
+        if self.processes == 1:
+            await self._run(until_idle=False, signals=signals)
+            return
+        self._processes_stop.clear()
+        restore = (install_signal_handlers(self._processes_stop.set) if signals
+                   else (lambda: None))
+        try:
+            engines = {id(q.engine): q.engine for q in self.queues.values()}.values()
+            await run_blocking(partial(supervise, self.processes,
+                                       partial(run_to_end, self._run_child),
+                                       self._processes_stop, engines))
+        finally:
+            restore()
+
+    async def _run_child(self) -> None:
+        await self._run(until_idle=False, signals=True)
 
     async def drain(self) -> int:
-        """Process messages until none is due, then return how many were handled."""
+        """Process messages until none is due, then return how many were handled (in this
+        process: ``processes`` is for ``run``)."""
         return await self._run(until_idle=True, signals=False)
 
     def stop(self) -> None:
         """Ask ``run()`` to finish; see ``WorkerBase`` for what finishing does."""
+        self._processes_stop.set()
         self._stop.set()
         self._wake.set()
         notify_all_soon(self._work)

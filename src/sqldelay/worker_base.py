@@ -27,6 +27,7 @@ released at once, running handlers get ``grace_period`` to finish.
 from __future__ import annotations
 
 import enum
+import os
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -75,8 +76,12 @@ class WorkerBase:
                  wake_ups: bool = True,
                  limits: Mapping[str, int] | None = None,
                  name: str | None = None,
-                 prune_every: timedelta | None = timedelta(minutes=10)) -> None:
+                 prune_every: timedelta | None = timedelta(minutes=10),
+                 processes: int = 1) -> None:
         self.queues = self._named_queues(queues)
+        check_positive_int(processes, "processes")
+        if processes > 1 and not hasattr(os, "fork"):
+            raise InvalidArgumentError("processes > 1 forks the worker: POSIX only")
         check_actor(name, "name")
         if prune_every is not None and duration_ms(prune_every, "prune_every") < 1:
             raise InvalidArgumentError("prune_every must be positive (or None: never)")
@@ -132,6 +137,8 @@ class WorkerBase:
         self.name = name
         # how often the queues that keep history for a retention are pruned (None: never)
         self.prune_every = prune_every
+        # processes running this worker (more than one: run() forks them, see supervisor.py)
+        self.processes = processes
         self._events = Listeners(listeners)
 
     def __repr__(self) -> str:

@@ -138,3 +138,68 @@ def test_worker_processes_handle_each_of_20000_messages_exactly_once(make_queue,
     stats = q.stats()
     assert (stats.due, stats.scheduled, stats.in_flight) == (0, 0, 0)
     assert len(list(out.parent.glob(f"{out.name}.*"))) >= 2, "only one process did any work"
+
+
+FORKING_WORKER = """
+import sys
+from sqldelay import AsyncDelayedQueue, AsyncWorker, DelayedQueue, Worker
+from sqldelay.engines import create_async_engine, create_engine
+from tests.conformance.test_worker_processes import record, record_async
+
+url, table, queue, front = sys.argv[1:]
+if front == "async":
+    import asyncio
+    q = AsyncDelayedQueue(create_async_engine(url), queue, table_name=table)
+    asyncio.run(AsyncWorker(q, record_async, processes=2, batch_size=10).run())
+else:
+    q = DelayedQueue(create_engine(url), queue, table_name=table)
+    Worker(q, record, processes=2, batch_size=10).run()
+"""
+
+
+def _children(parent: int) -> set[int]:
+    """The processes whose parent is ``parent`` (from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # it ended meanwhile
+            continue
+        if int(fields[1]) == parent:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def test_a_worker_of_two_processes_shares_the_queue_and_ends_with_its_parent(
+        make_queue, backend_url, table_name, tmp_path, target):
+    q = make_queue(clock=SystemClock())
+    first = [f"a{i}" for i in range(200)]
+    q.offer_many([Message(k, i) for i, k in enumerate(first)])
+    out = tmp_path / "out"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", FORKING_WORKER, url_for(target, backend_url), table_name,
+         q.name, "async" if target.is_async else "sync"],
+        cwd=ROOT, env={**os.environ, "SQLDELAY_TEST_OUT": str(out)})
+    try:
+        wait_for(lambda: len(_children(parent.pid)) == 2, what="two worker processes")
+        wait_for(lambda: q.stats().due + q.stats().in_flight == 0, what="the first messages")
+        children = _children(parent.pid)
+        killed = min(children)
+        os.kill(killed, signal.SIGKILL)  # one dies: the parent starts another in its place
+        wait_for(lambda: len(_children(parent.pid) - {killed}) == 2, what="a new process")
+        children |= _children(parent.pid)
+        second = [f"b{i}" for i in range(100)]
+        q.offer_many([Message(k, i) for i, k in enumerate(second)])
+        wait_for(lambda: q.stats().due + q.stats().in_flight == 0, what="the second messages")
+        parent.send_signal(signal.SIGTERM)  # every process stops, and then the parent
+        assert parent.wait(60) == 0
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    counts = collections.Counter(lines(out))
+    assert counts == dict.fromkeys(first + second, 1)
+    workers = {int(path.suffix[1:]) for path in out.parent.glob(f"{out.name}.*")}
+    assert parent.pid not in workers and workers <= children  # the parent only watches
