@@ -71,7 +71,7 @@ SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed
 SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.lock_uuid IS NOT NULL AND delayed_queue.scheduled_at > :scheduled_at_1 LOCK IN SHARE MODE;
 
 -- controlled claim 4
-SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT * FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1;
+SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1;
 
 -- controlled claim 5
 INSERT IGNORE INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
@@ -98,7 +98,7 @@ UPDATE delayed_queue_settings SET tokens_milli=:tokens_milli, refilled_at=:refil
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
 
 -- free groups 1
-DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT * FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
+DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND (delayed_queue_groups.group_key NOT IN (SELECT delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_2 AND delayed_queue.group_key IN (:group_key_2_1, :group_key_2_2)));
 
 -- extend group 0
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key = :group_key_1 AND delayed_queue_groups.lock_uuid = :lock_uuid_1;

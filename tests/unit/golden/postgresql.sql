@@ -65,10 +65,10 @@ SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed
 SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1::VARCHAR AND delayed_queue.lock_uuid IS NOT NULL AND delayed_queue.scheduled_at > :scheduled_at_1::BIGINT;
 
 -- controlled claim 4
-SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1::VARCHAR AND delayed_queue.scheduled_at <= :scheduled_at_1::BIGINT AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT * FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now::BIGINT)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1::INTEGER;
+SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1::VARCHAR AND delayed_queue.scheduled_at <= :scheduled_at_1::BIGINT AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now::BIGINT LIMIT ALL OFFSET :param_1::INTEGER)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_2::INTEGER;
 
 -- controlled claim 5
-INSERT INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind_m0::VARCHAR, :group_key_m0::VARCHAR) ON CONFLICT DO NOTHING;
+INSERT INTO delayed_queue_groups (pkind, group_key) SELECT u.pkind, u.group_key FROM unnest(:pkind::VARCHAR(100)[], :group_key::VARCHAR(200)[]) AS u(pkind, group_key) ON CONFLICT DO NOTHING;
 
 -- controlled claim 6
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1::VARCHAR AND delayed_queue_groups.group_key IN (:group_key_1_1::VARCHAR) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1::BIGINT) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
@@ -92,13 +92,13 @@ UPDATE delayed_queue_settings SET tokens_milli=:tokens_milli::BIGINT, refilled_a
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until::BIGINT, lock_uuid=:lock_uuid::VARCHAR WHERE delayed_queue_groups.pkind = :pkind_1::VARCHAR AND delayed_queue_groups.group_key IN (:group_key_1_1::VARCHAR, :group_key_1_2::VARCHAR) AND delayed_queue_groups.lock_uuid = :lock_uuid_1::VARCHAR;
 
 -- free groups 1
-DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1::VARCHAR AND delayed_queue_groups.group_key IN (:group_key_1_1::VARCHAR, :group_key_1_2::VARCHAR) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT * FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
+DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1::VARCHAR AND delayed_queue_groups.group_key IN (:group_key_1_1::VARCHAR, :group_key_1_2::VARCHAR) AND delayed_queue_groups.claimed_until IS NULL AND (delayed_queue_groups.group_key NOT IN (SELECT delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_2::VARCHAR AND delayed_queue.group_key IN (:group_key_2_1::VARCHAR, :group_key_2_2::VARCHAR)));
 
 -- extend group 0
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until::BIGINT WHERE delayed_queue_groups.pkind = :pkind_1::VARCHAR AND delayed_queue_groups.group_key = :group_key_1::VARCHAR AND delayed_queue_groups.lock_uuid = :lock_uuid_1::VARCHAR;
 
 -- settings 0
-INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind_m0::VARCHAR) ON CONFLICT DO NOTHING;
+INSERT INTO delayed_queue_settings (pkind) SELECT u.pkind FROM unnest(:pkind::VARCHAR(100)[]) AS u(pkind) ON CONFLICT DO NOTHING;
 
 -- settings 1
 UPDATE delayed_queue_settings SET paused=:paused::SMALLINT WHERE delayed_queue_settings.pkind = :pkind_1::VARCHAR;
