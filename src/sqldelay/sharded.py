@@ -141,6 +141,7 @@ class ShardedQueue(ShardedBase):
             shard = self.shard(name)
             try:
                 batch = self._on(name, partial(shard.poll_many, limit - len(got), by=by))
+                self.polled(name, len(batch))
                 if not batch:
                     due = self._on(name, shard.next_due)
                     self.nothing_due_for(name, None if due is None else
@@ -148,7 +149,6 @@ class ShardedQueue(ShardedBase):
             except ShardUnavailableError:
                 self.failed(name)
                 continue
-            self.polled(name, len(batch))
             got.extend(batch)
             if len(got) >= limit:
                 break

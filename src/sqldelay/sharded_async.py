@@ -139,6 +139,7 @@ class AsyncShardedQueue(ShardedBase):
             shard = self.shard(name)
             try:
                 batch = await self._on(name, partial(shard.poll_many, limit - len(got), by=by))
+                self.polled(name, len(batch))
                 if not batch:
                     due = await self._on(name, shard.next_due)
                     self.nothing_due_for(name, None if due is None else
@@ -146,7 +147,6 @@ class AsyncShardedQueue(ShardedBase):
             except ShardUnavailableError:
                 self.failed(name)
                 continue
-            self.polled(name, len(batch))
             got.extend(batch)
             if len(got) >= limit:
                 break

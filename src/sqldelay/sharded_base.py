@@ -27,8 +27,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+import sqlalchemy as sa
+
 from .checks import check_key
 from .clock import duration_ms
+from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .messages import Envelope, QueueStats
 from .worker_base import Rotation, is_outage
@@ -183,8 +186,10 @@ class ShardedBase:
         reached (None: another kind of error, raised as it is)."""
         if isinstance(exc, ShardUnavailableError):
             return exc
-        if not is_outage(exc, [self.shard(name)]):
-            return None
+        if not is_outage(exc, [self.shard(name)]) or (
+                isinstance(exc, sa.exc.DBAPIError)
+                and self.shard(name).dao.classify(exc) is ErrorKind.TRANSIENT):
+            return None  # a deadlock that outlived the retries is no outage
         first = (str(exc).strip().splitlines() or [""])[0]
         return ShardUnavailableError(
             f"shard {name!r} is unavailable: {type(exc).__name__}: {first}", name)
@@ -211,9 +216,8 @@ class ShardedBase:
         """Shard ``name`` had nothing to claim, and its next message is due in ``seconds``
         (None: it is empty): skip it until then, for at most ``recheck``."""
         wait = self.recheck if seconds is None else min(self.recheck, seconds)
-        if wait > Rotation.RECHECK:
-            with self._lock:
-                self.rotation.quiet(name, time.monotonic() + wait)
+        with self._lock:  # due yet not claimable (paused, held by others): the next poll asks
+            self.rotation.quiet(name, time.monotonic() + max(wait, 0.0))
 
     def offered(self, name: str) -> None:
         """This object offered to shard ``name``: poll it at the next turn."""

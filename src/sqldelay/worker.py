@@ -548,7 +548,7 @@ class Worker(WorkerBase):
         engine) for the caller's own retry."""
         if not self.isolated:
             return self._patiently(fn) if patient else fn()
-        if self._stop.is_set():
+        if patient and self._stop.is_set():
             return None
         try:
             result = fn()

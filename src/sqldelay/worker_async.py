@@ -546,7 +546,7 @@ class AsyncWorker(WorkerBase):
         engine) for the caller's own retry."""
         if not self.isolated:
             return await self._patiently(fn) if patient else await fn()
-        if self._stop.is_set():
+        if patient and self._stop.is_set():
             return None
         try:
             result = await fn()
