@@ -7,18 +7,31 @@ shards' operations. A call that must reach a shard which cannot be reached raise
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+import sqlalchemy as sa
+
 from .checks import check_positive_int
-from .concurrency_async import side_by_side
+from .concurrency_async import run_op, side_by_side
+from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .history import HistoryEvent
 from .messages import Envelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue_async import AsyncDelayedQueue
-from .sharded_base import ShardedBase, merged_stats
+from .sharded_base import (
+    ReshardReport,
+    ShardedBase,
+    copy_op,
+    count_op,
+    delete_ids_op,
+    in_flight,
+    keys_op,
+    merged_stats,
+    scan_op,
+)
 
 
 class AsyncShardedQueue(ShardedBase):
@@ -259,3 +272,77 @@ class AsyncShardedQueue(ShardedBase):
     async def shard_stats(self) -> dict[str, QueueStats]:
         """Each shard's stats, by shard name."""
         return await self._everywhere("stats")
+
+    # ---- resharding ----------------------------------------------------------------------
+
+    async def to_reshard(self) -> int:
+        """How many messages the shards of ``previous`` hold: what ``reshard`` reads."""
+        if self.previous is None:
+            raise InvalidArgumentError("to_reshard needs a sharded queue made with previous=")
+        total = 0
+        for queue in self.previous.values():
+            async with queue.engine.connect() as conn:
+                total += await run_op(conn, count_op(queue))
+        return total
+
+    async def reshard(self, *, batch: int = 500,
+                      progress: Callable[[int], None] | None = None) -> ReshardReport:
+        """Move every message of the ``previous`` shards whose shard changed to its shard now,
+        ``batch`` at a time: each batch is locked on its old shard, copied to the new ones
+        (a key already there is not overwritten: that copy is newer) and deleted from the old
+        shard once the copies are committed. A message in flight is left where it is (see
+        ``ReshardReport.left``). Safe to run again after a crash or with producers and
+        consumers running; not two at once. ``progress(n)``: n more messages were read."""
+        if self.previous is None:
+            raise InvalidArgumentError("reshard needs a sharded queue made with previous= "
+                                       "(the shard list before the change)")
+        check_positive_int(batch, "batch")
+        moved = already = 0
+        for name, source in self.previous.items():
+            after = 0
+            while True:
+                for attempt in range(10):
+                    try:
+                        read, last, copied, there = await self._move_batch(name, source,
+                                                                           after, batch)
+                        break
+                    except sa.exc.DBAPIError as exc:  # a deadlock with producers: again
+                        if attempt == 9 or source.dao.classify(exc) is not ErrorKind.TRANSIENT:
+                            raise
+                if not read:
+                    break
+                after, moved, already = last, moved + copied, already + there
+                if progress is not None:
+                    progress(read)
+        left = 0
+        for name, source in self.previous.items():
+            async with source.engine.connect() as conn:
+                keys = await run_op(conn, keys_op(source))
+            left += sum(self.router.route(k) != name for k in keys)
+        return ReshardReport(moved, already, left)
+
+    async def _move_batch(self, name: str, source: AsyncDelayedQueue, after: int,
+                          batch: int) -> tuple[int, int, int, int]:
+        """One batch of ``reshard``: (rows read, last id read, copied, found already there)."""
+        async with source.engine.connect() as conn:
+            await run_op(conn, source.dao.begin_write)
+            rows = await run_op(conn, scan_op(source, after, batch))
+            now = source.now_ms()
+            going: dict[str, list] = {}
+            for row in rows:
+                dest = self.router.route(row.pkey)
+                if dest != name and not in_flight(row, now):
+                    going.setdefault(dest, []).append(row)
+            copied = there = 0
+            for dest, part in going.items():
+                target = self.shards[dest]
+                async with target.engine.connect() as dest_conn:
+                    await run_op(dest_conn, target.dao.begin_write)
+                    added = await run_op(dest_conn, copy_op(target, part))
+                    await dest_conn.commit()
+                copied, there = copied + added, there + len(part) - added
+            ids = [row.id for part in going.values() for row in part]
+            if ids:
+                await run_op(conn, delete_ids_op(source, ids))
+            await conn.commit()
+        return len(rows), (rows[-1].id if rows else after), copied, there

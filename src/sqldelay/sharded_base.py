@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -240,3 +241,86 @@ def merged_stats(parts: Sequence[QueueStats]) -> QueueStats:
                       scheduled=sum(p.scheduled for p in parts),
                       in_flight=sum(p.in_flight for p in parts),
                       oldest_due_age=max(ages) if ages else None)
+
+
+# ---- resharding: moving the messages whose shard changed ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardReport:
+    """What a reshard did: ``moved`` messages to their new shard, found ``already_there`` (a
+    newer offer on the new shard, or a copy left by an interrupted run: the old copy was
+    deleted), and ``left`` on their old shard because they were in flight (run it again)."""
+
+    moved: int
+    already_there: int
+    left: int
+
+
+def in_flight(row: Any, now_ms: int) -> bool:
+    """Whether a stored row is claimed and its lock still holds."""
+    return row.lock_uuid is not None and row.scheduled_at > now_ms
+
+
+def scan_op(queue: Any, after_id: int, limit: int) -> Callable[[sa.Connection], list]:
+    """Lock and read the next ``limit`` messages of ``queue`` after id ``after_id``, whole
+    rows in id order (the reshard's read of its source shard)."""
+    t = queue.dao.table
+
+    def op(conn: sa.Connection) -> list:
+        return conn.execute(queue.dao.lock_rows(
+            sa.select(t).where(t.c.pkind == queue.pkind, t.c.id > after_id).order_by(t.c.id)
+            .limit(limit), t, skip=False)).all()
+
+    return op
+
+
+def copy_op(queue: Any, rows: Sequence[Any]) -> Callable[[sa.Connection], int]:
+    """Insert ``rows`` (read from another shard) into ``queue``'s table as they are, but for
+    their id, unless their key is there already; returns how many were inserted."""
+    t = queue.dao.table
+    dao = queue.dao
+
+    def op(conn: sa.Connection) -> int:
+        keys = [r.pkey for r in rows]
+        there = set()
+        for start in range(0, len(keys), dao.in_list_max):
+            there.update(conn.scalars(sa.select(t.c.pkey).where(
+                t.c.pkind == queue.pkind, t.c.pkey.in_(keys[start:start + dao.in_list_max]))))
+        new = [{c: v for c, v in r._mapping.items() if c != "id"} for r in rows
+               if r.pkey not in there]
+        if new:
+            conn.execute(sa.insert(t), new)
+            if any(r["group_key"] is not None for r in new):  # claims must mind the groups
+                dao.write_settings(conn, queue.pkind, has_groups=1)
+        return len(new)
+
+    return op
+
+
+def delete_ids_op(queue: Any, ids: Sequence[int]) -> Callable[[sa.Connection], None]:
+    t = queue.dao.table
+
+    def op(conn: sa.Connection) -> None:
+        for start in range(0, len(ids), queue.dao.in_list_max):
+            conn.execute(sa.delete(t).where(t.c.id.in_(ids[start:start + queue.dao.in_list_max])))
+
+    return op
+
+
+def keys_op(queue: Any) -> Callable[[sa.Connection], list[str]]:
+    t = queue.dao.table
+
+    def op(conn: sa.Connection) -> list[str]:
+        return list(conn.scalars(sa.select(t.c.pkey).where(t.c.pkind == queue.pkind)))
+
+    return op
+
+
+def count_op(queue: Any) -> Callable[[sa.Connection], int]:
+    t = queue.dao.table
+
+    def op(conn: sa.Connection) -> int:
+        return conn.scalar(sa.select(sa.func.count()).where(t.c.pkind == queue.pkind))
+
+    return op

@@ -14,7 +14,7 @@ import os
 import random
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -30,9 +30,12 @@ from sqldelay import (
     ShardedQueue,
     ShardUnavailableError,
     Worker,
+    cli,
     create_schema,
     drop_schema,
+    shard_name,
 )
+from sqldelay.sharded_base import copy_op
 
 from ..conftest import IN_CI, MYSQL_URL, PG_URL, _reachable, unique_name
 from .test_worker_restart import PrivatePostgres
@@ -321,3 +324,97 @@ def test_a_shard_down_mid_run_stops_only_its_own_keys_and_loses_nothing(shard_en
     assert not consumer.is_alive()
     assert set(handled) == offered
     assert any(sharded.route(k) == "private" for k in offered)
+
+
+def test_reshard_from_two_to_three_shards_under_load_moves_the_expected_keys(shard_engines,
+                                                                           shard_urls, capsys):
+    """2 shards (PostgreSQL test, MariaDB) become 3 (PostgreSQL test_shard2 added) while
+    producers offer and a worker consumes through a queue that knows the old list; before the
+    reshard a moved key is found (and updated) on its old shard; after it every message is on
+    its new shard, none lost, and a second run has nothing to do."""
+    engines, table = shard_engines
+    name = unique_name("rs")
+    pg, pg2, maria = (DelayedQueue(e, name, table_name=table) for e in engines)
+    old = ShardedQueue([pg, maria])
+    later = datetime.now(UTC) + timedelta(hours=1)  # waiting messages: what must move
+    waiting = [f"wait{i}" for i in range(3000)]
+    old.offer_many([Message(k, {"k": k}, later) for k in waiting])
+
+    new = ShardedQueue([pg, maria, pg2], previous=[pg, maria])
+    moves = [k for k in waiting if new.route(k) != old.route(k)]
+    assert moves and all(new.route(k) == new.route(moves[0]) == shard_name(pg2) for k in moves)
+    assert abs(len(moves) - len(waiting) / 3) < 0.06 * len(waiting)
+
+    # until the reshard, the old copy is what get / offer find
+    k1, k2, k3 = moves[:3]
+    assert new.get(k1).payload == {"k": k1} and new.contains(k1)
+    assert new.offer(k1, "changed", later, update=False) is OfferOutcome.IGNORED
+    assert new.offer(k2, "changed", later) is OfferOutcome.UPDATED
+    assert new.get(k2).payload == "changed" and not pg2.contains(k1)
+    assert pg2.contains(k2) and not old.contains(k2)  # written on its new shard, old gone
+    # a copy left by an interrupted run (copied, not yet deleted) is not doubled
+    source = old.shards[old.route(k3)]
+    with source.engine.connect() as conn:
+        row = conn.execute(sa.select(source.dao.table).where(
+            source.dao.table.c.pkind == source.pkind, source.dao.table.c.pkey == k3)).one()
+    with pg2.engine.begin() as conn:
+        copy_op(pg2, [row])(conn)
+
+    handled = collections.Counter()
+    offered = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def produce():
+        n = 0
+        while not stop.is_set():
+            batch = [Message(f"live{n + i}", n + i) for i in range(25)]
+            new.offer_many(batch)
+            with lock:
+                offered.extend(m.key for m in batch)
+            n += 25
+
+    def handler(envelope):
+        with lock:
+            handled[envelope.key] += 1
+
+    worker = Worker(new, handler, concurrency=4, batch_size=50, **FAST)
+    threads = [threading.Thread(target=worker.run, kwargs={"signals": False}),
+               threading.Thread(target=produce)]
+    for t in threads:
+        t.start()
+    try:
+        args = ["reshard", "--queue", name, "--table", table, "--batch", "200",
+                "--from", shard_urls[0], shard_urls[2],
+                "--to", shard_urls[0], shard_urls[2], shard_urls[1]]
+        assert cli.main(args) == 0
+        first = capsys.readouterr().out
+        stop.set()
+        threads[1].join(30)
+        deadline = time.monotonic() + 60
+        while True:
+            with lock:
+                if set(handled) >= set(offered):
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        worker.stop()
+        for t in threads:
+            t.join(30)
+    assert "already on their shard 1," in first and f"moved {len(moves) - 2}," in first
+    assert cli.main(args) == 0
+    assert capsys.readouterr().out.startswith("moved 0, already on their shard 0, left in")
+
+    # every waiting message is once, on its new shard, as it was offered (or updated)
+    for shard in (pg, maria, pg2):
+        mine = {k for k in waiting if new.route(k) == shard_name(shard)}
+        with shard.engine.connect() as conn:
+            keys = [k for k in conn.scalars(sa.select(shard.dao.table.c.pkey).where(
+                shard.dao.table.c.pkind == shard.pkind)) if k.startswith("wait")]
+        assert len(keys) == len(set(keys)) and set(keys) == mine
+    assert new.get(k2).payload == "changed" and new.get(k1).payload == {"k": k1}
+    assert new.get(k3).scheduled_at == later.replace(microsecond=later.microsecond // 1000
+                                                     * 1000)
+    assert set(handled) == set(offered)  # every live message handled, none lost
