@@ -12,6 +12,7 @@ from . import (
     flow,
     peers,
     scaling,
+    shards,
     spark,
     steady,
     throughput,
@@ -40,5 +41,8 @@ SCENARIOS = {
     "async_worker_drain": asyncio_front.async_worker_drain,
     "async_worker_wakeup": asyncio_front.async_worker_wakeup,
     "spark_offer": spark.spark_offer,
+    "shards_scaling": shards.shards_scaling,
+    "shards_routing": shards.shards_routing,
 }
-OPTIONAL = {"spark_offer"}
+# Spark starts slowly; the shard scenarios start PostgreSQL servers of their own
+OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing"}
