@@ -165,6 +165,8 @@ class ShardedQueue(ShardedBase):
             got.extend(batch)
             if len(got) >= limit:
                 break
+        if not got:
+            self.check_any_up()
         return got
 
     def ack(self, envelope: Envelope) -> bool:

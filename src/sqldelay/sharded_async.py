@@ -163,6 +163,8 @@ class AsyncShardedQueue(ShardedBase):
             got.extend(batch)
             if len(got) >= limit:
                 break
+        if not got:
+            self.check_any_up()
         return got
 
     async def ack(self, envelope: Envelope) -> bool:

@@ -200,14 +200,18 @@ class ShardedBase:
     def turns(self) -> list[str]:
         """The shards to try, in turn, skipping those known to have nothing due and those
         down; raises when every shard is down."""
+        self.check_any_up()
+        with self._lock:
+            return [name for name, _ in self.rotation.turns(time.monotonic())]
+
+    def check_any_up(self) -> None:
+        """Raise ShardUnavailableError when every shard is down (in its backoff)."""
         now = time.monotonic()
         with self._lock:
-            names = [name for name, _ in self.rotation.turns(now)]
-            if not names and all(self.rotation.is_down(n, now) for n in self.rotation.names):
+            if all(self.rotation.is_down(n, now) for n in self.rotation.names):
                 down = ", ".join(repr(n) for n in self.rotation.names)
                 raise ShardUnavailableError(f"every shard is unavailable: {down}",
                                             self.rotation.names[0])
-        return names
 
     def polled(self, name: str, count: int) -> None:
         with self._lock:

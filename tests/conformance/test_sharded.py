@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from benchmarks.servers import free_port
 from sqldelay import (
     AsyncDelayedQueue,
     AsyncShardedQueue,
@@ -418,3 +419,30 @@ def test_reshard_from_two_to_three_shards_under_load_moves_the_expected_keys(sha
     assert new.get(k3).scheduled_at == later.replace(microsecond=later.microsecond // 1000
                                                      * 1000)
     assert set(handled) == set(offered)  # every live message handled, none lost
+
+
+def test_an_unreachable_shard_is_named_and_the_others_go_on(tmp_path):
+    """No server listens on the dead shard's port: its keys fail with its name, the live
+    shard's keys are written and claimed; a poll raises only once every shard is down."""
+    live = sa.create_engine(f"sqlite:///{tmp_path}/live.db")
+    create_schema(live)
+    dead = sa.create_engine(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/none")
+    sharded = ShardedQueue({"live": DelayedQueue(live, "e"), "dead": DelayedQueue(dead, "e")})
+    keys = [f"k{i}" for i in range(40)]
+    with pytest.raises(ShardUnavailableError, match="shard 'dead' is unavailable") as info:
+        sharded.offer_many([Message(k, 1) for k in keys])
+    assert info.value.shard == "dead"
+    assert [o is None for o in info.value.outcomes] == [sharded.route(k) == "dead" for k in keys]
+    alive = {k for k in keys if sharded.route(k) == "live"}
+    assert alive and sharded.offer(min(alive), 2) is OfferOutcome.UPDATED
+    got = sharded.poll_many(100)
+    assert {e.key for e in got} == alive
+    assert sharded.ack_many(got) == len(alive)
+    with pytest.raises(ShardUnavailableError, match="'dead'"):
+        sharded.get(next(k for k in keys if k not in alive))
+
+    only_dead = ShardedQueue({"dead": DelayedQueue(dead, "e")})
+    with pytest.raises(ShardUnavailableError, match="every shard is unavailable"):
+        only_dead.poll()
+    live.dispose()
+    dead.dispose()
