@@ -28,6 +28,7 @@ from sqldelay import (
     DelayedQueue,
     Message,
     OfferOutcome,
+    ProcessingMode,
     ShardedQueue,
     ShardUnavailableError,
     Worker,
@@ -446,3 +447,20 @@ def test_an_unreachable_shard_is_named_and_the_others_go_on(tmp_path):
         only_dead.poll()
     live.dispose()
     dead.dispose()
+
+
+def test_a_transactional_worker_takes_each_shard_in_its_own_transaction(sharded):
+    sharded.offer_many([Message(f"t{i}", i) for i in range(90)])
+    seen = collections.Counter()
+    lock = threading.Lock()
+
+    def handler(envelope, connection):
+        assert connection.engine is envelope.queue.engine  # the shard's own transaction
+        with lock:
+            seen[sharded.shard_of(envelope)] += 1
+
+    worker = Worker(sharded, handler, concurrency=2, batch_size=10,
+                    mode=ProcessingMode.TRANSACTIONAL, **FAST)
+    assert worker.drain() == 90
+    assert seen == collections.Counter(sharded.route(f"t{i}") for i in range(90))
+    assert sharded.stats().due == 0
