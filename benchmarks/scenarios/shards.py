@@ -9,7 +9,8 @@ this client and in the servers (µs, from /proc): on a machine with few cores th
 them, so the throughput scales less than the shard count; CPU per message is what carries to
 bigger machines.
 shards_routing: the same single server as a plain DelayedQueue and as a ShardedQueue of that
-one shard, in alternating rounds: single offers, offer_many, and the drain; the ratio is the
+one shard, in alternating rounds: single offers, offer_many, and the drain; the ratio of the
+rates, and of this client's CPU per message (steadier than the rate on a busy machine), is the
 routing layer's cost (the goal: within 5%).
 
 This scenario starts its own servers and ignores ``--url``; it runs only when named
@@ -160,16 +161,28 @@ def shards_routing(bench: Bench) -> None:
             return n / run_threads(1, drain(queue, bench.batch))
 
         rounds = 1 if n < 1000 else ROUNDS * 2 - 1
-        for what, measure in (("offer", offers), ("offer_many", offer_many),
-                              ("poll_many_ack_many", drained)):
-            runs = alternate(rounds, {"plain": lambda m=measure: m(plain),
-                                      "sharded": lambda m=measure: m(sharded)})
+        for what, measure, count in (("offer", offers, singles),
+                                     ("offer_many", offer_many, n),
+                                     ("poll_many_ack_many", drained, n)):
+            cpu: dict[str, list[float]] = {"plain": [], "sharded": []}
+
+            def timed(subject: str, queue, measure=measure, count=count, cpu=cpu) -> float:
+                began = time.process_time()  # this process's CPU, every thread's
+                rate = measure(queue)
+                cpu[subject].append((time.process_time() - began) / count * 1e6)
+                return rate
+
+            runs = alternate(rounds, {"plain": lambda t=timed: t("plain", plain),
+                                      "sharded": lambda t=timed: t("sharded", sharded)})
             base, routed = spread(runs["plain"]), spread(runs["sharded"])
+            base_cpu, routed_cpu = spread(cpu["plain"])["median"], spread(cpu["sharded"])["median"]
             bench.add("shards_routing", f"{OURS} {what}", RATE, base["median"],
-                      params={"how": "DelayedQueue", **base})
+                      params={"how": "DelayedQueue", "client_cpu_us_per_message": base_cpu,
+                              **base})
             bench.add("shards_routing", f"{OURS} sharded {what}", RATE, routed["median"],
                       params={"how": "ShardedQueue of one shard",
                               "cost_vs_plain": 1 - routed["median"] / base["median"],
-                              **routed})
+                              "client_cpu_us_per_message": routed_cpu,
+                              "client_cpu_vs_plain": routed_cpu / base_cpu - 1, **routed})
     finally:
         servers.close()

@@ -86,25 +86,17 @@ class AsyncShardedQueue(ShardedBase):
         False; otherwise it is written on its new shard and the old copy deleted (UPDATED).
         """
         messages = list(messages)
-        for i, message in enumerate(messages):
-            if not isinstance(message, Message):
-                raise InvalidArgumentError(f"offer_many takes Message objects; item {i} is "
-                                           f"{type(message).__name__}")
-        routes = [self.route(m.key) for m in messages]
-        outcomes: list[OfferOutcome | None] = [None] * len(messages)
-        moved = {} if self.previous is None else {
-            i: old for i, m in enumerate(messages) if (old := self.old_route(m.key))}
-        parts: dict[str, list[int]] = {}
-        for i, name in enumerate(routes):
-            parts.setdefault(name, []).append(i)
+        parts = self.split(messages)
         plans = {name: self.shards[name].plan_offer([messages[i] for i in positions], by)
                  for name, positions in parts.items()}  # every part checked: now write
+        outcomes: list[OfferOutcome | None] = [None] * len(messages)
+        moved = {} if self.previous is None else self.moved(messages)
         kept_old = [i for i, old in moved.items() if not messages[i].update
                     and await self._on(old, partial(self.shard(old).contains, messages[i].key))]
         if kept_old:  # the old copies stand; the rest of each part is planned again
             for i in kept_old:
                 outcomes[i] = OfferOutcome.IGNORED
-                parts[routes[i]].remove(i)
+                parts[self.router.route(messages[i].key)].remove(i)
             plans = {name: self.shards[name].plan_offer([messages[i] for i in positions], by)
                      for name, positions in parts.items()}
         names = list(plans)

@@ -34,7 +34,7 @@ from .checks import check_key
 from .clock import duration_ms
 from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
-from .messages import Envelope, QueueStats
+from .messages import Envelope, Message, QueueStats
 from .worker_base import Rotation, is_outage
 
 
@@ -110,6 +110,7 @@ class ShardedBase:
         self.router = Router(self.shards)
         self.old_router = None if self.previous is None else Router(self.previous)
         self.rotation = Rotation(list(self.consumed_shards()), {}, 1)
+        self._name_of = {id(q): name for name, q in self.consumed_shards().items()}
         self._lock = threading.Lock()  # the rotation, for producers and consumers alike
 
     def __repr__(self) -> str:
@@ -152,6 +153,26 @@ class ShardedBase:
         check_key(key)
         return self.router.route(key)
 
+    def split(self, messages: Sequence[Message]) -> dict[str, list[int]]:
+        """The positions of ``messages`` by the name of their shard (keys checked)."""
+        parts: dict[str, list[int]] = {}
+        route = self.router.route
+        for i, message in enumerate(messages):
+            if not isinstance(message, Message):
+                raise InvalidArgumentError(f"offer_many takes Message objects; item {i} is "
+                                           f"{type(message).__name__}")
+            check_key(message.key)
+            name = route(message.key)
+            if name in parts:
+                parts[name].append(i)
+            else:
+                parts[name] = [i]
+        return parts
+
+    def moved(self, messages: Sequence[Message]) -> dict[int, str]:
+        """The positions of ``messages`` whose shard changed, with their old shard's name."""
+        return {i: old for i, m in enumerate(messages) if (old := self.old_route(m.key))}
+
     def old_route(self, key: str) -> str | None:
         """The name of the shard that held ``key`` before the change (``previous=``), when it
         is not the shard that holds it now."""
@@ -173,10 +194,9 @@ class ShardedBase:
 
     def shard_of(self, envelope: Envelope) -> str:
         """The name of the shard ``envelope`` was claimed from."""
-        if isinstance(envelope, Envelope):
-            for name, queue in self.consumed_shards().items():
-                if envelope.queue is queue:
-                    return name
+        name = self._name_of.get(id(getattr(envelope, "queue", None)))
+        if name is not None and isinstance(envelope, Envelope):
+            return name
         raise InvalidArgumentError(
             f"{envelope!r} was not claimed from a shard of this sharded queue")
 

@@ -464,3 +464,22 @@ def test_a_transactional_worker_takes_each_shard_in_its_own_transaction(sharded)
     assert worker.drain() == 90
     assert seen == collections.Counter(sharded.route(f"t{i}") for i in range(90))
     assert sharded.stats().due == 0
+
+
+def test_a_worker_takes_a_sharded_queue_beside_a_plain_one(sharded, shard_engines):
+    engines, table = shard_engines
+    recurring = DelayedQueue(engines[0], unique_name("cron"), table_name=table)
+    sharded.offer_many([Message(f"s{i}", i) for i in range(60)])
+    recurring.offer_many([Message(f"r{i}", i) for i in range(10)])
+    seen = []
+    lock = threading.Lock()
+
+    def handler(envelope):
+        with lock:
+            seen.append(envelope.key)
+
+    worker = Worker([sharded, recurring], handler, concurrency=2,
+                    limits={recurring.name: 1}, **FAST)
+    assert set(worker.queues) == {*sharded.shards, recurring.name}
+    assert worker.drain() == 70
+    assert sorted(seen) == sorted([f"s{i}" for i in range(60)] + [f"r{i}" for i in range(10)])
