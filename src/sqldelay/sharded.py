@@ -71,10 +71,21 @@ class ShardedQueue(ShardedBase):
     def offer(self, key: str, payload: Any, at: datetime | None = None, *,
               update: bool = True, priority: int = 0, group: str | None = None,
               by: str | None = None) -> OfferOutcome:
-        """``DelayedQueue.offer`` on the shard of ``key``."""
-        outcomes = self.offer_many([Message(key, payload, at, update, priority, group)],
-                                   by=by)
-        return outcomes[0]
+        """``DelayedQueue.offer`` on the shard of ``key`` (see ``offer_many``)."""
+        if self.previous is not None:
+            outcomes = self.offer_many(
+                [Message(key, payload, at, update, priority, group)], by=by)
+            return outcomes[0]
+        name = self.route(key)
+        try:
+            outcome = self._on(name, partial(
+                self.shards[name].offer, key, payload, at, update=update, priority=priority,
+                group=group, by=by))
+        except ShardUnavailableError as exc:
+            exc.outcomes = [None]
+            raise
+        self.offered(name)
+        return outcome
 
     def offer_many(self, messages: Iterable[Message], *,
                    by: str | None = None) -> list[OfferOutcome]:
