@@ -34,6 +34,7 @@ from sqldelay import (
     Worker,
     cli,
     create_schema,
+    create_schema_async,
     drop_schema,
     shard_name,
 )
@@ -483,3 +484,26 @@ def test_a_worker_takes_a_sharded_queue_beside_a_plain_one(sharded, shard_engine
     assert set(worker.queues) == {*sharded.shards, recurring.name}
     assert worker.drain() == 70
     assert sorted(seen) == sorted([f"s{i}" for i in range(60)] + [f"r{i}" for i in range(10)])
+
+
+def test_the_async_front_names_an_unreachable_shard_too(tmp_path):
+    async def scenario() -> None:
+        live = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/live.db")
+        dead = create_async_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/x")
+        try:
+            await create_schema_async(live)
+            sharded = AsyncShardedQueue({"live": AsyncDelayedQueue(live, "e"),
+                                         "dead": AsyncDelayedQueue(dead, "e")})
+            keys = [f"k{i}" for i in range(40)]
+            with pytest.raises(ShardUnavailableError, match="shard 'dead'") as info:
+                await sharded.offer_many([Message(k, 1) for k in keys])
+            assert [o is None for o in info.value.outcomes] == [
+                sharded.route(k) == "dead" for k in keys]
+            got = await sharded.poll_many(100)
+            assert {e.key for e in got} == {k for k in keys if sharded.route(k) == "live"}
+            assert await sharded.ack_many(got) == len(got)
+        finally:
+            await live.dispose()
+            await dead.dispose()
+
+    asyncio.run(scenario())
