@@ -41,6 +41,7 @@ class Sizes:
     churn_standing: int = 10_000  # future messages that stay in the table during churn
     peer_jobs: int = 10_000
     fairness_flood: int = 100_000  # due messages in the flooded queue of flow_fairness
+    shard_counts: tuple[int, ...] = (1, 2, 4)  # private PostgreSQL servers of shards_scaling
 
 
 SIZES = {
@@ -48,7 +49,7 @@ SIZES = {
     "tiny": Sizes(messages=200, single_messages=40, steady_seconds=0.5, steady_rate=200,
                   backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
                   per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=200,
-                  fairness_flood=500),
+                  fairness_flood=500, shard_counts=(1, 2)),
 }
 
 

@@ -13,6 +13,7 @@ from . import (
     history,
     peers,
     scaling,
+    shards,
     spark,
     steady,
     throughput,
@@ -43,5 +44,8 @@ SCENARIOS = {
     "async_worker_drain": asyncio_front.async_worker_drain,
     "async_worker_wakeup": asyncio_front.async_worker_wakeup,
     "spark_offer": spark.spark_offer,
+    "shards_scaling": shards.shards_scaling,
+    "shards_routing": shards.shards_routing,
 }
-OPTIONAL = {"spark_offer"}
+# Spark starts slowly; the shard scenarios start PostgreSQL servers of their own
+OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing"}

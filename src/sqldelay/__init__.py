@@ -16,6 +16,7 @@ from .errors import (
     InvalidArgumentError,
     PayloadError,
     SchemaMissingError,
+    ShardUnavailableError,
     SqlDelayError,
     UnsupportedDialectError,
 )
@@ -35,18 +36,23 @@ from .schema import (
     queue_table,
 )
 from .serializers import BytesSerializer, JsonSerializer, Serializer, StrSerializer
+from .sharded import ShardedQueue
+from .sharded_async import AsyncShardedQueue
+from .sharded_base import shard_name, shard_score
 from .worker import Worker
 from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
 
 __all__ = [
-    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue", "AsyncWorker",
+    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue",
+    "AsyncShardedQueue", "AsyncWorker",
     "BytesSerializer", "Clock", "CronHandle", "CronMessage", "CronService", "DeadLetter",
     "DeadLetters", "DelayedQueue", "Delivery", "Envelope", "EventKind", "FakeClock", "History",
     "HistoryEvent", "InstalledSchedule", "InvalidArgumentError", "JsonSerializer",
     "LoggingListener", "Message", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats",
-    "QueuedMessage", "RetryPolicy", "SchemaMissingError", "Serializer", "SqlDelayError",
-    "StrSerializer", "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener",
+    "QueuedMessage", "RetryPolicy", "SchemaMissingError", "Serializer", "ShardUnavailableError",
+    "ShardedQueue", "SqlDelayError", "StrSerializer", "SystemClock", "UnsupportedDialectError",
+    "Worker", "WorkerListener",
     "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",
-    "drop_table_op", "queue_table"
+    "drop_table_op", "queue_table", "shard_name", "shard_score"
 ]

@@ -7,10 +7,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import bench_cli, demo, history_cli, worker_cli
+from . import bench_cli, demo, history_cli, reshard_cli, worker_cli
 
 # modules with a ``register(subparsers)`` that adds one subcommand and sets ``func``
-COMMANDS = [demo, worker_cli, history_cli, bench_cli]
+COMMANDS = [demo, worker_cli, history_cli, bench_cli, reshard_cli]
 
 DEFAULT_URL = "sqlite:///sqldelay-demo.db"
 

@@ -10,7 +10,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -29,8 +30,8 @@ Lock = threading.Lock
 
 __all__ = ["Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock", "Retrying",
            "Spawned", "check_connection", "engine_problem", "install_signal_handlers",
-           "notify_all_soon", "run_blocking", "run_op", "run_to_end", "sleep", "spawn",
-           "threadsafe", "wait_event"]
+           "notify_all_soon", "run_blocking", "run_op", "run_to_end", "side_by_side", "sleep",
+           "spawn", "threadsafe", "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -123,6 +124,35 @@ class HandlerRunner:
 
     def close(self) -> None:
         pass
+
+
+_side_pool: ThreadPoolExecutor | None = None
+_side_pool_lock = threading.Lock()
+
+
+def side_by_side(calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
+    """Run ``calls`` at the same time (a sharded queue writes its shards so): the first in
+    this thread, the others in a shared pool of threads; each one's result, or the exception
+    it raised, in the order of ``calls``."""
+    global _side_pool
+    if len(calls) > 1:
+        with _side_pool_lock:
+            if _side_pool is None:
+                _side_pool = ThreadPoolExecutor(32, thread_name_prefix="sqldelay-side")
+        others = [_side_pool.submit(call) for call in calls[1:]]
+    else:
+        others = []
+    results: list[T | Exception] = []
+    try:
+        results.append(calls[0]())
+    except Exception as exc:
+        results.append(exc)
+    for future in others:
+        try:
+            results.append(future.result())
+        except Exception as exc:
+            results.append(exc)
+    return results
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:

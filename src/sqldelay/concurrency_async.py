@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -36,7 +36,7 @@ Lock = asyncio.Lock
 __all__ = ["AsyncConnection", "AsyncEngine", "AsyncRetrying", "Condition", "Event",
            "HandlerRunner", "Lock", "Spawned", "check_connection", "engine_problem",
            "install_signal_handlers", "notify_all_soon", "run_blocking", "run_op",
-           "run_to_end", "sleep", "spawn", "threadsafe", "wait_event"]
+           "run_to_end", "side_by_side", "sleep", "spawn", "threadsafe", "wait_event"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -171,6 +171,17 @@ class HandlerRunner:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+
+
+async def side_by_side(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | Exception]:
+    """Run ``calls`` at the same time (a sharded queue writes its shards so); each one's
+    result, or the exception it raised, in the order of ``calls``."""
+    if len(calls) == 1:
+        try:
+            return [await calls[0]()]
+        except Exception as exc:
+            return [exc]
+    return await asyncio.gather(*(call() for call in calls), return_exceptions=True)
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:

@@ -19,3 +19,14 @@ class UnsupportedDialectError(SqlDelayError):
 
 class SchemaMissingError(SqlDelayError):
     """A table the queue needs (its queue table, or its history table) does not exist yet."""
+
+
+class ShardUnavailableError(SqlDelayError):
+    """A shard of a sharded queue cannot be reached; ``shard`` names it. From ``offer_many``,
+    ``outcomes`` holds the outcomes of the messages the other shards took (None for those of
+    the unreachable shards), in input order."""
+
+    def __init__(self, message: str, shard: str, outcomes: list | None = None) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.outcomes = outcomes

@@ -28,7 +28,7 @@ from .messages import (
     QueuedMessage,
     QueueStats,
 )
-from .queue_base import Call, QueueBase
+from .queue_base import Call, OfferPlan, QueueBase
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 
@@ -81,7 +81,12 @@ class DelayedQueue(QueueBase):
         keys, and the chunks, go in the database's lock order, so producers of overlapping
         batches cannot deadlock on each other.
         """
-        plan = self.plan_offer(messages, by)
+        return self.run_offer(self.plan_offer(messages, by), connection=connection)
+
+    def run_offer(self, plan: OfferPlan | None, *,
+                  connection: Connection | None = None) -> list[OfferOutcome]:
+        """Run an offer planned (checked and encoded) by ``plan_offer``: a sharded queue checks
+        every shard's part before it writes any."""
         if plan is None:
             return []
         outcomes = self.executor.run(plan.op, write=True, connection=connection,

@@ -47,6 +47,7 @@ from .dead_letters import DeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue import DelayedQueue
+from .sharded import ShardedQueue
 from .supervisor import supervise
 from .wakeups import Sleeper
 from .worker_base import (
@@ -67,9 +68,11 @@ class Worker(WorkerBase):
     are ``WorkerBase``'s; the runner's ``HandlerRunner`` says how a handler is called."""
 
     queue_class = DelayedQueue
+    sharded_class = ShardedQueue
 
-    def __init__(self, queues: DelayedQueue | Mapping[str, DelayedQueue]
-                 | Sequence[DelayedQueue], handler: Callable[..., Any],
+    def __init__(self, queues: DelayedQueue | ShardedQueue
+                 | Mapping[str, DelayedQueue] | Sequence[DelayedQueue],
+                 handler: Callable[..., Any],
                  **settings) -> None:
         super().__init__(queues, handler, **settings)
         self.dead_letters = {name: DeadLetters.of(q) for name, q in self.queues.items()}
@@ -262,11 +265,14 @@ class Worker(WorkerBase):
         for name, count in turns:
             queue = self.queues[name]
             if connection is None:
-                batch = self._patiently(partial(queue.poll_many, count, by=self.name))
+                batch = self._patiently_on(name, partial(queue.poll_many, count,
+                                                         by=self.name))
             else:
                 batch = queue.poll_many(count, by=self.name, connection=connection)
             if batch is None:
                 return None
+            if batch is _DOWN:
+                continue
             with self._lock:
                 self._rotation.claimed(name, len(batch), time.monotonic())
             if batch:
@@ -274,9 +280,10 @@ class Worker(WorkerBase):
         return []
 
     def _due_now(self) -> bool:
-        for queue in self.queues.values():
-            due = self._patiently(queue.next_due)
-            if due is not None and due <= queue.clock.now():
+        """Whether a message is due on a queue (of those that can be reached)."""
+        for name, queue in self.queues.items():
+            due = self._patiently_on(name, queue.next_due)
+            if due is not None and due is not _DOWN and due <= queue.clock.now():
                 return True
         return False
 
@@ -315,8 +322,11 @@ class Worker(WorkerBase):
             self._handlers.call(self.handler, envelope)
         except Exception as exc:
             try:
-                self._patiently(partial(self._fail, envelope, exc, None),
-                                until=self._abandon)
+                if self.isolated:  # a shard that is down does not hold a handler up
+                    self._fail(envelope, exc, None)
+                else:
+                    self._patiently(partial(self._fail, envelope, exc, None),
+                                    until=self._abandon)
             except Exception:
                 log.exception("could not record the failure of %s; it comes back when its "
                               "lock expires", envelope.key)
@@ -328,13 +338,22 @@ class Worker(WorkerBase):
     def _flush_acks(self) -> bool:
         with self._lock:
             batch, self._to_ack = self._to_ack, []
+        later: list[Envelope] = []  # of queues that are down (isolated), for their return
         try:
             for envelopes in _by_queue(batch):
-                envelopes[0].queue.ack_many(envelopes)
+                name = self._name_of[id(envelopes[0].queue)]
+                if self.isolated and self._rotation.is_down(name, time.monotonic()):
+                    later.extend(envelopes)
+                elif self._patiently_on(name, partial(envelopes[0].queue.ack_many,
+                                                      envelopes), patient=False) is _DOWN:
+                    later.extend(envelopes)
         except BaseException:
             with self._lock:
                 self._to_ack[:0] = batch  # acks are idempotent: send them again later
             raise
+        if later:
+            with self._lock:
+                self._to_ack[:0] = later
         return True
 
     def _shut_down(self, handlers: list[Spawned]) -> None:
@@ -405,8 +424,9 @@ class Worker(WorkerBase):
         with self._lock:
             turns = self._rotation.turns(time.monotonic())
         for name, count in turns:
-            handled = self._transaction_on(name, count)
-            if handled:
+            handled = self._patiently_on(name, partial(self._transaction_on, name, count),
+                                         patient=False)
+            if handled and handled is not _DOWN:
                 return handled
         return 0
 
@@ -470,22 +490,33 @@ class Worker(WorkerBase):
     # ---- sleeping, heartbeats, wake-ups -----------------------------------------------------
 
     def _sleep_until_due(self) -> None:
-        timeout = self.idle_poll.total_seconds()
-        for queue in self.queues.values():
-            due = self._patiently(queue.next_due)
-            if due is None:
+        idle = self.idle_poll.total_seconds()
+        timeout = idle
+        for name, queue in self.queues.items():
+            if self.isolated and self._rotation.is_down(name, time.monotonic()):
+                continue
+            due = self._patiently_on(name, queue.next_due)
+            if due is None or due is _DOWN:
                 continue
             until_due = (due - queue.clock.now()).total_seconds()
             if until_due <= 0:
-                control = self._patiently(queue.flow_control)
-                if control is not None and control.paused:
+                control = self._patiently_on(name, queue.flow_control)
+                if control is None or control is _DOWN or control.paused:
                     continue  # a resume wakes listening workers; others look after idle_poll
+            elif len(self.queues) > 1:  # when the sleep ends for another queue, skip this one
+                with self._lock:
+                    self._rotation.quiet(name, time.monotonic() + min(until_due, idle))
             timeout = min(timeout, max(until_due, MIN_IDLE))
+        with self._lock:
+            up = self._rotation.next_up(time.monotonic())
+        if up is not None:
+            timeout = min(timeout, max(up, MIN_IDLE))
         # an offer in this process of a message due before then wakes the worker
         self._sleeper.until_ms = min(q.now_ms() for q in self.queues.values()) + timeout * 1000
-        wait_event(self._wake, timeout)
+        woken = wait_event(self._wake, timeout)
         self._sleeper.until_ms = math.inf
-        self._rotation.wake()
+        if woken:
+            self._rotation.wake()
 
     def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
@@ -544,6 +575,32 @@ class Worker(WorkerBase):
                 return None
             raise
 
+    def _patiently_on(self, name: str, fn: Callable[[], Any], *,
+                      patient: bool = True) -> Any:
+        """``_patiently(fn)`` for the queue named ``name``, or, when the worker's queues are
+        isolated (on several engines), one attempt: when it finds the queue's database
+        unreachable, the queue sits out a backoff and _DOWN is returned, so the others are
+        served meanwhile. ``patient=False``: one attempt in any case, outages raised (on one
+        engine) for the caller's own retry."""
+        if not self.isolated:
+            return self._patiently(fn) if patient else fn()
+        if patient and self._stop.is_set():
+            return None
+        try:
+            result = fn()
+        except Exception as exc:
+            if not self.is_outage(exc):
+                raise
+            with self._lock:
+                backoff = self._rotation.failed(name, time.monotonic())
+            log.warning("queue %s unavailable, trying again in %.2fs: %s: %s", name, backoff,
+                        type(exc).__name__, (str(exc).splitlines() or [""])[0])
+            self._events.emit("crashed", exc, True)
+            return _DOWN
+        with self._lock:
+            self._rotation.reachable(name)
+        return result
+
     def _outage(self, state) -> None:
         error = state.outcome.exception()
         log.warning("database unavailable, retrying in %.2fs: %s: %s",
@@ -563,6 +620,9 @@ class Worker(WorkerBase):
             retrying(attempt)
         except Exception as exc:
             log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)
+
+
+_DOWN = object()  # what _patiently_on answers for a queue whose database is down
 
 
 def _by_queue(envelopes: list[Envelope]) -> list[list[Envelope]]:

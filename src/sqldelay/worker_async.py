@@ -45,6 +45,7 @@ from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .queue_async import AsyncDelayedQueue
+from .sharded_async import AsyncShardedQueue
 from .supervisor import supervise
 from .wakeups import Sleeper
 from .worker_base import (
@@ -65,9 +66,11 @@ class AsyncWorker(WorkerBase):
     are ``WorkerBase``'s; the runner's ``HandlerRunner`` says how a handler is called."""
 
     queue_class = AsyncDelayedQueue
+    sharded_class = AsyncShardedQueue
 
-    def __init__(self, queues: AsyncDelayedQueue | Mapping[str, AsyncDelayedQueue]
-                 | Sequence[AsyncDelayedQueue], handler: Callable[..., Any],
+    def __init__(self, queues: AsyncDelayedQueue | AsyncShardedQueue
+                 | Mapping[str, AsyncDelayedQueue] | Sequence[AsyncDelayedQueue],
+                 handler: Callable[..., Any],
                  **settings) -> None:
         super().__init__(queues, handler, **settings)
         self.dead_letters = {name: AsyncDeadLetters.of(q) for name, q in self.queues.items()}
@@ -260,11 +263,14 @@ class AsyncWorker(WorkerBase):
         for name, count in turns:
             queue = self.queues[name]
             if connection is None:
-                batch = await self._patiently(partial(queue.poll_many, count, by=self.name))
+                batch = await self._patiently_on(name, partial(queue.poll_many, count,
+                                                               by=self.name))
             else:
                 batch = await queue.poll_many(count, by=self.name, connection=connection)
             if batch is None:
                 return None
+            if batch is _DOWN:
+                continue
             async with self._lock:
                 self._rotation.claimed(name, len(batch), time.monotonic())
             if batch:
@@ -272,9 +278,10 @@ class AsyncWorker(WorkerBase):
         return []
 
     async def _due_now(self) -> bool:
-        for queue in self.queues.values():
-            due = await self._patiently(queue.next_due)
-            if due is not None and due <= queue.clock.now():
+        """Whether a message is due on a queue (of those that can be reached)."""
+        for name, queue in self.queues.items():
+            due = await self._patiently_on(name, queue.next_due)
+            if due is not None and due is not _DOWN and due <= queue.clock.now():
                 return True
         return False
 
@@ -313,8 +320,11 @@ class AsyncWorker(WorkerBase):
             await self._handlers.call(self.handler, envelope)
         except Exception as exc:
             try:
-                await self._patiently(partial(self._fail, envelope, exc, None),
-                                      until=self._abandon)
+                if self.isolated:  # a shard that is down does not hold a handler up
+                    await self._fail(envelope, exc, None)
+                else:
+                    await self._patiently(partial(self._fail, envelope, exc, None),
+                                          until=self._abandon)
             except Exception:
                 log.exception("could not record the failure of %s; it comes back when its "
                               "lock expires", envelope.key)
@@ -326,13 +336,22 @@ class AsyncWorker(WorkerBase):
     async def _flush_acks(self) -> bool:
         async with self._lock:
             batch, self._to_ack = self._to_ack, []
+        later: list[Envelope] = []  # of queues that are down (isolated), for their return
         try:
             for envelopes in _by_queue(batch):
-                await envelopes[0].queue.ack_many(envelopes)
+                name = self._name_of[id(envelopes[0].queue)]
+                if self.isolated and self._rotation.is_down(name, time.monotonic()):
+                    later.extend(envelopes)
+                elif await self._patiently_on(name, partial(envelopes[0].queue.ack_many,
+                                                            envelopes), patient=False) is _DOWN:
+                    later.extend(envelopes)
         except BaseException:
             async with self._lock:
                 self._to_ack[:0] = batch  # acks are idempotent: send them again later
             raise
+        if later:
+            async with self._lock:
+                self._to_ack[:0] = later
         return True
 
     async def _shut_down(self, handlers: list[Spawned]) -> None:
@@ -403,8 +422,9 @@ class AsyncWorker(WorkerBase):
         async with self._lock:
             turns = self._rotation.turns(time.monotonic())
         for name, count in turns:
-            handled = await self._transaction_on(name, count)
-            if handled:
+            handled = await self._patiently_on(name, partial(self._transaction_on, name, count),
+                                               patient=False)
+            if handled and handled is not _DOWN:
                 return handled
         return 0
 
@@ -468,22 +488,33 @@ class AsyncWorker(WorkerBase):
     # ---- sleeping, heartbeats, wake-ups -----------------------------------------------------
 
     async def _sleep_until_due(self) -> None:
-        timeout = self.idle_poll.total_seconds()
-        for queue in self.queues.values():
-            due = await self._patiently(queue.next_due)
-            if due is None:
+        idle = self.idle_poll.total_seconds()
+        timeout = idle
+        for name, queue in self.queues.items():
+            if self.isolated and self._rotation.is_down(name, time.monotonic()):
+                continue
+            due = await self._patiently_on(name, queue.next_due)
+            if due is None or due is _DOWN:
                 continue
             until_due = (due - queue.clock.now()).total_seconds()
             if until_due <= 0:
-                control = await self._patiently(queue.flow_control)
-                if control is not None and control.paused:
+                control = await self._patiently_on(name, queue.flow_control)
+                if control is None or control is _DOWN or control.paused:
                     continue  # a resume wakes listening workers; others look after idle_poll
+            elif len(self.queues) > 1:  # when the sleep ends for another queue, skip this one
+                async with self._lock:
+                    self._rotation.quiet(name, time.monotonic() + min(until_due, idle))
             timeout = min(timeout, max(until_due, MIN_IDLE))
+        async with self._lock:
+            up = self._rotation.next_up(time.monotonic())
+        if up is not None:
+            timeout = min(timeout, max(up, MIN_IDLE))
         # an offer in this process of a message due before then wakes the worker
         self._sleeper.until_ms = min(q.now_ms() for q in self.queues.values()) + timeout * 1000
-        await wait_event(self._wake, timeout)
+        woken = await wait_event(self._wake, timeout)
         self._sleeper.until_ms = math.inf
-        self._rotation.wake()
+        if woken:
+            self._rotation.wake()
 
     async def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
@@ -542,6 +573,32 @@ class AsyncWorker(WorkerBase):
                 return None
             raise
 
+    async def _patiently_on(self, name: str, fn: Callable[[], Any], *,
+                            patient: bool = True) -> Any:
+        """``_patiently(fn)`` for the queue named ``name``, or, when the worker's queues are
+        isolated (on several engines), one attempt: when it finds the queue's database
+        unreachable, the queue sits out a backoff and _DOWN is returned, so the others are
+        served meanwhile. ``patient=False``: one attempt in any case, outages raised (on one
+        engine) for the caller's own retry."""
+        if not self.isolated:
+            return await self._patiently(fn) if patient else await fn()
+        if patient and self._stop.is_set():
+            return None
+        try:
+            result = await fn()
+        except Exception as exc:
+            if not self.is_outage(exc):
+                raise
+            async with self._lock:
+                backoff = self._rotation.failed(name, time.monotonic())
+            log.warning("queue %s unavailable, trying again in %.2fs: %s: %s", name, backoff,
+                        type(exc).__name__, (str(exc).splitlines() or [""])[0])
+            self._events.emit("crashed", exc, True)
+            return _DOWN
+        async with self._lock:
+            self._rotation.reachable(name)
+        return result
+
     def _outage(self, state) -> None:
         error = state.outcome.exception()
         log.warning("database unavailable, retrying in %.2fs: %s: %s",
@@ -561,6 +618,9 @@ class AsyncWorker(WorkerBase):
             await retrying(attempt)
         except Exception as exc:
             log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)
+
+
+_DOWN = object()  # what _patiently_on answers for a queue whose database is down
 
 
 def _by_queue(envelopes: list[Envelope]) -> list[list[Envelope]]:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import enum
 import os
+import random
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -64,6 +65,7 @@ class WorkerBase:
     every message of ``queue``; returning acks the message, raising retries it."""
 
     queue_class: type = object  # the front end's queue class, set by each worker class
+    sharded_class: type | tuple = ()  # and its sharded queue class
 
     def __init__(self, queues: Any, handler: Callable[..., Any], *,
                  concurrency: int = 1, batch_size: int | None = None,
@@ -82,6 +84,9 @@ class WorkerBase:
         check_positive_int(processes, "processes")
         if processes > 1 and not hasattr(os, "fork"):
             raise InvalidArgumentError("processes > 1 forks the worker: POSIX only")
+        # queues on several engines (a sharded queue's shards) ride out one's outage alone,
+        # serving the others meanwhile; on one engine the worker waits for it as a whole
+        self.isolated = len({id(q.engine) for q in self.queues.values()}) > 1
         check_actor(name, "name")
         if prune_every is not None and duration_ms(prune_every, "prune_every") < 1:
             raise InvalidArgumentError("prune_every must be positive (or None: never)")
@@ -147,18 +152,23 @@ class WorkerBase:
 
     def _named_queues(self, queues: Any) -> dict[str, Any]:
         """The worker's queues by name, from one queue, a sequence of them, or a mapping of
-        names to them."""
+        names to them; a sharded queue stands for its shards, named as it names them."""
         if isinstance(queues, self.queue_class):
             named = {queues.name: queues}
+        elif isinstance(queues, self.sharded_class):
+            named = queues.consumed_shards()
         elif isinstance(queues, Mapping):
             named = dict(queues)
         elif isinstance(queues, Sequence) and not isinstance(queues, str):
             named = {}
             for q in queues:
-                if isinstance(q, self.queue_class) and q.name in named:
-                    raise InvalidArgumentError(
-                        f"two queues named {q.name!r}: give a mapping of distinct names")
-                named[getattr(q, "name", repr(q))] = q
+                pairs = (q.consumed_shards().items() if isinstance(q, self.sharded_class)
+                         else [(getattr(q, "name", repr(q)), q)])
+                for name, one in pairs:
+                    if isinstance(one, self.queue_class) and name in named:
+                        raise InvalidArgumentError(
+                            f"two queues named {name!r}: give a mapping of distinct names")
+                    named[name] = one
         else:
             named = {"": queues}
         if not named:
@@ -185,14 +195,8 @@ class WorkerBase:
         return self.retry.delay(attempt)
 
     def is_outage(self, exc: BaseException) -> bool:
-        """A lost or unreachable database (or a transient error): ride it out and retry.
-        Some async drivers (asyncpg) let the socket's own error through when connecting."""
-        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | OSError):
-            return True
-        return isinstance(exc, sa.exc.DBAPIError) and (
-            exc.connection_invalidated
-            or any(q.dao.classify(exc) in (ErrorKind.TRANSIENT, ErrorKind.UNAVAILABLE)
-                   for q in self.queues.values()))
+        """A lost or unreachable database (or a transient error): ride it out and retry."""
+        return is_outage(exc, self.queues.values())
 
     def listening_groups(self) -> list[list[Any]]:
         """The queues that can be woken, grouped by engine and table (one listener each)."""
@@ -204,13 +208,17 @@ class WorkerBase:
 
 
 class Rotation:
-    """Which of a worker's queues to claim from next, and how much: in turn (round robin),
-    passing over a queue at its concurrency cap (``limits``: messages of it claimed and not
-    yet done, in this worker) and, for a moment, one that just had nothing due. A queue with
-    a million due messages then takes no more turns than a quiet one, and the quiet one's new
-    messages wait at most a turn. Not thread-safe: the worker calls it under its lock."""
+    """Which of a worker's queues (or a sharded queue's shards) to claim from next, and how
+    much: in turn (round robin), passing over a queue at its concurrency cap (``limits``:
+    messages of it claimed and not yet done, in this worker), for a moment one that just had
+    nothing due, until its next due time one known to have nothing due before then, and one
+    that is down (unreachable) until its backoff ends. A queue with a million due messages
+    then takes no more turns than a quiet one, the quiet one's new messages wait at most a
+    turn, and a dead database costs a connection attempt per backoff, not per claim. Not
+    thread-safe: the worker calls it under its lock."""
 
     RECHECK = 0.05  # seconds a queue that had nothing due sits out while others have work
+    FIRST_BACKOFF = 0.05  # seconds a queue sits out after its first failure, doubling after
 
     def __init__(self, names: Sequence[str], limits: Mapping[str, int], batch_size: int) -> None:
         self.names = list(names)
@@ -218,6 +226,8 @@ class Rotation:
         self.batch_size = batch_size
         self.held = dict.fromkeys(self.names, 0)
         self.quiet_until = dict.fromkeys(self.names, 0.0)
+        self.down_until = dict.fromkeys(self.names, 0.0)
+        self.failures = dict.fromkeys(self.names, 0)
         self._next = 0
 
     def turns(self, now: float) -> list[tuple[str, int]]:
@@ -228,23 +238,64 @@ class Rotation:
             room = self.batch_size
             if name in self.limits:
                 room = min(room, self.limits[name] - self.held[name])
-            if room > 0 and self.quiet_until[name] <= now:
+            if room > 0 and self.quiet_until[name] <= now and self.down_until[name] <= now:
                 out.append((name, room))
         return out
 
     def claimed(self, name: str, count: int, now: float) -> None:
         self._next = (self.names.index(name) + 1) % len(self.names)
-        self.held[name] += count
+        self.failures[name] = 0
+        if name in self.limits:
+            self.held[name] += count
         if not count:
             self.quiet_until[name] = now + self.RECHECK
 
     def done(self, name: str, count: int = 1) -> None:
-        self.held[name] -= count
+        if name in self.limits:
+            self.held[name] -= count
+
+    def quiet(self, name: str, until: float) -> None:
+        """Nothing of ``name`` is due before ``until`` (as far as is known)."""
+        self.quiet_until[name] = until
+
+    def failed(self, name: str, now: float) -> float:
+        """``name`` is unreachable: it sits out a backoff (exponential, jittered, at most
+        MAX_BACKOFF), returned in seconds."""
+        self.failures[name] += 1
+        backoff = min(MAX_BACKOFF, self.FIRST_BACKOFF * 2 ** min(self.failures[name] - 1, 16))
+        backoff *= random.uniform(0.5, 1.0)
+        self.down_until[name] = now + backoff
+        return backoff
+
+    def reachable(self, name: str) -> None:
+        self.failures[name] = 0
+        self.down_until[name] = 0.0
+
+    def is_down(self, name: str, now: float) -> bool:
+        return self.down_until[name] > now
+
+    def next_up(self, now: float) -> float | None:
+        """Seconds until the first queue that is down may be tried again (None: none is)."""
+        waits = [until - now for until in self.down_until.values() if until > now]
+        return min(waits) if waits else None
 
     def wake(self) -> None:
-        """Something is due now, somewhere: every queue takes its turns again."""
+        """Something is due now, somewhere: every queue takes its turns again (those that are
+        down after their backoff)."""
         for name in self.names:
             self.quiet_until[name] = 0.0
+
+
+def is_outage(exc: BaseException, queues: Iterable[Any]) -> bool:
+    """Whether ``exc`` says the database of ``queues`` is lost or unreachable (or a transient
+    error): worth riding out. Some async drivers (asyncpg) let the socket's own error through
+    when connecting."""
+    if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | OSError):
+        return True
+    return isinstance(exc, sa.exc.DBAPIError) and (
+        exc.connection_invalidated
+        or any(q.dao.classify(exc) in (ErrorKind.TRANSIENT, ErrorKind.UNAVAILABLE)
+               for q in queues))
 
 
 def error_text(error: BaseException) -> str:

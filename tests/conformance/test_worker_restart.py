@@ -9,10 +9,8 @@ The shared test servers must never be restarted, so each test starts a private P
 from __future__ import annotations
 
 import collections
-import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -22,6 +20,8 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
+from benchmarks import servers
+from benchmarks.servers import free_port, wait_connectable
 from sqldelay import Message, WorkerListener, create_schema
 
 from ..conftest import Target
@@ -36,64 +36,12 @@ def _missing(what: str):
     pytest.skip(what)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_connectable(url: str, timeout: float = 30.0) -> None:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                with engine.connect() as conn:
-                    conn.exec_driver_sql("SELECT 1")
-                return
-            except sa.exc.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-    finally:
-        engine.dispose()
-
-
-class PrivatePostgres:
+class PrivatePostgres(servers.PrivatePostgres):
     def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-        if not found:
-            _missing("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
-        self.bin = os.path.dirname(found[-1])
-        self.dir = tempfile.mkdtemp(prefix="sqldelay-pg-")
-        self.as_postgres = os.geteuid() == 0
-        if self.as_postgres:
-            shutil.chown(self.dir, "postgres")
-        self.port = _free_port()
-        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-        self._run("initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U", "postgres",
-                  "--no-sync")
-        self.start()
-
-    def _run(self, tool: str, *args: str) -> None:
-        command = [f"{self.bin}/{tool}", *args]
-        if self.as_postgres:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        subprocess.run(command, check=True, capture_output=True)
-
-    def start(self) -> None:
-        self._run("pg_ctl", "-D", f"{self.dir}/data", "-w", "-l", f"{self.dir}/log", "-o",
-                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off",
-                  "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run("pg_ctl", "-D", f"{self.dir}/data", "-w", "-m", mode, "stop")
-
-    def destroy(self) -> None:
         try:
-            self.stop("immediate")
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            super().__init__()
+        except servers.ServerMissing as exc:
+            _missing(str(exc))
 
 
 class PrivateMariaDB:
@@ -103,7 +51,7 @@ class PrivateMariaDB:
             _missing("mariadb-install-db / mariadbd are not installed")
         self.server = server
         self.dir = tempfile.mkdtemp(prefix="sqldelay-maria-")
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"mariadb+pymysql://root@127.0.0.1:{self.port}/test"
         self.user = ["--user=root"] if os.geteuid() == 0 else []
         subprocess.run([install, "--no-defaults", f"--datadir={self.dir}/data", *self.user,
@@ -122,7 +70,7 @@ class PrivateMariaDB:
              f"--pid-file={self.dir}/pid", f"--log-error={self.dir}/log", "--skip-log-bin",
              "--innodb-buffer-pool-size=32M", "--skip-grant-tables=0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_connectable(self.url.replace("/test", "/"))
+        wait_connectable(self.url.replace("/test", "/"))
 
     def stop(self) -> None:
         self.proc.terminate()  # a clean shutdown, as a service manager would do it

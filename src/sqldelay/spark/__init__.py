@@ -25,12 +25,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "sqldelay.spark needs PySpark: pip install 'sqldelay[spark]' (pyspark>=4.0, pyarrow)"
     ) from exc
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..schema import DEFAULT_TABLE, KEY_LENGTH
 from ._mapping import ColumnMapping, resolve_mapping
-from ._offer import DEFAULT_CHUNK_SIZE, OfferCounts, WriteConfig, check_table, offer_records
+from ._offer import (
+    DEFAULT_CHUNK_SIZE,
+    OfferCounts,
+    WriteConfig,
+    check_table,
+    offer_records,
+    shard_urls,
+)
 from .drain import DrainCounts, drain_with_spark
 from .source import FORMAT, READ_SCHEMA, SqlDelayDataSource
 
@@ -47,12 +55,15 @@ def register(spark: Any) -> None:
     spark.dataSource.register(SqlDelayDataSource)
 
 
-def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
+def offer_dataframe(df: Any, *, url: str | Sequence[str], queue: str, key: str = "key",
                     payload: str = "payload", at: str | None = None, update: bool = False,
                     priority: str | None = None, group: str | None = None,
                     table_name: str = DEFAULT_TABLE, chunk_size: int = DEFAULT_CHUNK_SIZE,
                     precheck: bool = True) -> OfferCounts:
     """Offer every row of ``df`` as a message of ``queue``; return the summed outcomes.
+
+    ``url``: the database, or a list of shard URLs: each row then goes to the shard of its key,
+    as ``ShardedQueue`` over those URLs (default shard names) routes it.
 
     ``key``: a string or integer column (integers become their decimal text). ``payload``: a
     struct/map/array column (JSON), a string or a binary column. ``at``: an optional timestamp
@@ -75,17 +86,18 @@ def offer_dataframe(df: Any, *, url: str, queue: str, key: str = "key",
         raise InvalidArgumentError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     mapping = resolve_mapping(df.schema, key=key, payload=payload, at=at, priority=priority,
                               group=group)
-    config = WriteConfig(url=url, queue=queue, table_name=table_name, mapping=mapping,
+    config = WriteConfig(url=shard_urls(url), queue=queue, table_name=table_name, mapping=mapping,
                          update=update, chunk_size=chunk_size)
     # checks the queue name on the driver (DelayedQueue validates it) without connecting
     from ._offer import make_engine
 
-    engine = make_engine(url)
+    engines = [make_engine(one) for one in config.urls]
     try:
-        config.open_queue(engine)
+        config.open_queue(engines)
     finally:
-        engine.dispose()
-    check_table(url, table_name)
+        for engine in engines:
+            engine.dispose()
+    check_table(config.url, table_name)
     columns = mapping.columns()
     selected = df.select(*columns)
     if precheck:

@@ -10,14 +10,16 @@ attempt had already committed come back as IGNORED (or UPDATED/IGNORED with ``up
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from ..errors import InvalidArgumentError
 from ..messages import OfferOutcome
 from ..queue import DelayedQueue
+from ..sharded import ShardedQueue
 from ._mapping import ColumnMapping, RowConverter
 
 log = logging.getLogger("sqldelay.spark")
@@ -64,18 +66,36 @@ class OfferCounts:
 
 @dataclass(frozen=True)
 class WriteConfig:
-    """Everything a task needs to offer rows; plain data, so it pickles to executors."""
+    """Everything a task needs to offer rows; plain data, so it pickles to executors.
+    ``url``: one database URL, or a tuple of them, the shards of a sharded queue (each row
+    goes to the shard of its key, routed as ``ShardedQueue`` routes it)."""
 
-    url: str
+    url: str | tuple[str, ...]
     queue: str
     table_name: str
     mapping: ColumnMapping
     update: bool
     chunk_size: int = DEFAULT_CHUNK_SIZE
 
-    def open_queue(self, engine: sa.Engine) -> DelayedQueue:
-        return DelayedQueue(engine, self.queue, serializer=self.mapping.serializer(),
-                            table_name=self.table_name)
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return (self.url,) if isinstance(self.url, str) else self.url
+
+    def open_queue(self, engines: Sequence[sa.Engine]) -> DelayedQueue | ShardedQueue:
+        """The queue over ``engines`` (one per URL, in order): a ShardedQueue for shards."""
+        queues = [DelayedQueue(engine, self.queue, serializer=self.mapping.serializer(),
+                               table_name=self.table_name) for engine in engines]
+        return queues[0] if isinstance(self.url, str) else ShardedQueue(queues)
+
+
+def shard_urls(url: str | Sequence[str]) -> str | tuple[str, ...]:
+    """``url`` as WriteConfig takes it: a URL, or a non-empty list of shard URLs."""
+    if isinstance(url, str):
+        return url
+    if not isinstance(url, Sequence) or not url or not all(isinstance(u, str) for u in url):
+        raise InvalidArgumentError(
+            f"url must be a database URL or a non-empty list of shard URLs, got {url!r}")
+    return tuple(url)
 
 
 def make_engine(url: str) -> sa.Engine:
@@ -90,16 +110,17 @@ def offer_records(config: WriteConfig, record_lists: Iterable[list[dict[str, Any
     anything of its chunk is written.
     """
     converter = RowConverter(config.mapping, config.update)
-    engine = make_engine(config.url)
+    engines = [make_engine(url) for url in config.urls]
     try:
-        queue = config.open_queue(engine)
+        queue = config.open_queue(engines)
         counts = OfferCounts()
         for chunk in _rechunk(record_lists, config.chunk_size):
             messages = converter.messages(chunk)
             counts = counts + OfferCounts.of(queue.offer_many(messages))
         return counts
     finally:
-        engine.dispose()
+        for engine in engines:
+            engine.dispose()
 
 
 def _rechunk(record_lists: Iterable[list[dict[str, Any]]],
@@ -114,8 +135,13 @@ def _rechunk(record_lists: Iterable[list[dict[str, Any]]],
         yield pending
 
 
-def check_table(url: str, table_name: str) -> None:
-    """Fail on the driver, before any task, when the queue table does not exist."""
+def check_table(url: str | tuple[str, ...], table_name: str) -> None:
+    """Fail on the driver, before any task, when the queue table does not exist (on any
+    shard)."""
+    if not isinstance(url, str):
+        for one in url:
+            check_table(one, table_name)
+        return
     from ..errors import SchemaMissingError
 
     engine = make_engine(url)

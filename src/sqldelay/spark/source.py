@@ -3,8 +3,10 @@
 Options (case-insensitive; values are strings as Spark passes them):
 
 write and stream
-    ``url`` (required), ``password`` (optional, put into the URL; Spark redacts options named
-    like this in plans and logs, not a password written inside the URL), ``queue``
+    ``url`` (required; or ``shards``, a JSON list of shard URLs: each row goes to the shard of
+    its key, as ``ShardedQueue`` routes it), ``password`` (optional, put into the URL, or
+    each shard URL; Spark redacts options named like this in plans and logs, not a password
+    written inside the URL), ``queue``
     (required), ``table`` (default ``delayed_queue``),
     ``key`` (default ``key``), ``payload`` (default ``payload``), ``at`` (default: the column
     ``at`` when the DataFrame has one, else every message is due now; ``""`` forces due now),
@@ -54,6 +56,7 @@ from ._offer import (
     check_table,
     make_engine,
     offer_records,
+    shard_urls,
 )
 
 try:  # pyspark >= 4.1
@@ -151,6 +154,26 @@ def _url(options: Any) -> str:
     return url
 
 
+def _write_url(options: Any) -> str | tuple[str, ...]:
+    """``url``, or the ``shards`` option's JSON list of shard URLs (``password`` put into
+    each)."""
+    shards = options.get("shards")
+    if shards is None:
+        return _url(options)
+    if options.get("url"):
+        raise InvalidArgumentError("give the option 'url' or 'shards', not both")
+    try:
+        urls = shard_urls(json.loads(str(shards)))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"option 'shards' must be a JSON list of database URLs, got {shards!r}") from None
+    password = options.get("password")
+    if password:
+        urls = tuple(sa.make_url(u).set(password=str(password))
+                     .render_as_string(hide_password=False) for u in urls)
+    return urls
+
+
 def _table(options: Any) -> str:
     return str(options.get("table") or options.get("table_name") or DEFAULT_TABLE)
 
@@ -167,7 +190,7 @@ def write_config(options: Any, schema: T.StructType) -> WriteConfig:
                               payload=str(options.get("payload") or "payload"), at=at,
                               priority=options.get("priority") or None,
                               group=options.get("group") or None)
-    return WriteConfig(url=_url(options), queue=_required(options, "queue"),
+    return WriteConfig(url=_write_url(options), queue=_required(options, "queue"),
                        table_name=_table(options), mapping=mapping,
                        update=_bool(options, "update", False),
                        chunk_size=_positive_int(options, "chunk_size", DEFAULT_CHUNK_SIZE))
@@ -319,6 +342,9 @@ class SqlDelayReader(DataSourceReader):
     the scan runs may be seen in either state (or not at all once acked)."""
 
     def __init__(self, options: Any) -> None:
+        if options.get("shards") is not None:
+            raise InvalidArgumentError(
+                "reading takes one database: read each shard's url and union the DataFrames")
         self.url = _url(options)
         self.queue = _required(options, "queue")
         self.table_name = _table(options)
