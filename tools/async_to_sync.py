@@ -34,6 +34,7 @@ MODULES = {
     "dead_letters_async.py": "dead_letters.py",
     "cron_async.py": "cron.py",
     "worker_async.py": "worker.py",
+    "inspection_async.py": "inspection.py",
 }
 
 RENAMES = {
@@ -43,6 +44,7 @@ RENAMES = {
     "AsyncDeadLetters": "DeadLetters",
     "AsyncCronService": "CronService",
     "AsyncCronHandle": "CronHandle",
+    "AsyncInspector": "Inspector",
     "AsyncConnection": "Connection",
     "AsyncEngine": "Engine",
     "AsyncRetrying": "Retrying",

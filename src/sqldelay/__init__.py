@@ -1,8 +1,9 @@
 """sqldelay: a durable delayed message queue on any SQLAlchemy 2.x engine.
 
 Two front ends over the same statements: ``DelayedQueue``, ``Worker``, ``CronService`` and
-``DeadLetters`` on a blocking ``Engine``; ``AsyncDelayedQueue``, ``AsyncWorker``,
-``AsyncCronService`` and ``AsyncDeadLetters`` on an asyncio ``AsyncEngine``.
+``DeadLetters`` (and ``Inspector``) on a blocking ``Engine``; ``AsyncDelayedQueue``,
+``AsyncWorker``, ``AsyncCronService`` and ``AsyncDeadLetters`` (``AsyncInspector``) on an
+asyncio ``AsyncEngine``.
 """
 
 from .clock import Clock, FakeClock, SystemClock
@@ -20,6 +21,9 @@ from .errors import (
     UnsupportedDialectError,
 )
 from .history import EventKind, History, HistoryEvent
+from .inspection import Inspector
+from .inspection_async import AsyncInspector
+from .inspection_base import MessagePage, QueueSummary
 from .listeners import LoggingListener, WorkerListener
 from .messages import Delivery, Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue import DelayedQueue
@@ -40,11 +44,12 @@ from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
 
 __all__ = [
-    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue", "AsyncWorker",
-    "BytesSerializer", "Clock", "CronHandle", "CronMessage", "CronService", "DeadLetter",
-    "DeadLetters", "DelayedQueue", "Delivery", "Envelope", "EventKind", "FakeClock", "History",
-    "HistoryEvent", "InstalledSchedule", "InvalidArgumentError", "JsonSerializer",
-    "LoggingListener", "Message", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats",
+    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue",
+    "AsyncInspector", "AsyncWorker", "BytesSerializer", "Clock", "CronHandle", "CronMessage",
+    "CronService", "DeadLetter", "DeadLetters", "DelayedQueue", "Delivery", "Envelope",
+    "EventKind", "FakeClock", "History", "HistoryEvent", "Inspector", "InstalledSchedule",
+    "InvalidArgumentError", "JsonSerializer", "LoggingListener", "Message", "MessagePage",
+    "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats", "QueueSummary",
     "QueuedMessage", "RetryPolicy", "SchemaMissingError", "Serializer", "SqlDelayError",
     "StrSerializer", "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener",
     "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",

@@ -51,6 +51,7 @@ class QueuedMessage:
     group: str | None = None
     enqueued_by: str | None = None  # kept by queues with history, or when given
     claimed_by: str | None = None  # while in flight: who holds it (likewise)
+    locked_until: datetime | None = None  # while in flight: when its lock runs out
 
 
 @dataclass(frozen=True, slots=True)

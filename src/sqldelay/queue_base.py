@@ -390,15 +390,7 @@ class QueueBase:
 
         def op(conn: sa.Connection) -> QueuedMessage | None:
             row = conn.execute(self.dao.select_by_key(self.pkind, key)).first()
-            if row is None:
-                return None
-            in_flight = row.lock_uuid is not None and row.scheduled_at > now
-            return QueuedMessage(
-                key=row.pkey, payload=self.serializer.decode(row.payload),
-                scheduled_at=from_ms(row.scheduled_at_initially),
-                created_at=from_ms(row.created_at), deliveries=row.deliveries,
-                in_flight=in_flight, priority=row.priority, group=row.group_key,
-                enqueued_by=row.enqueued_by, claimed_by=row.claimed_by if in_flight else None)
+            return None if row is None else queued_message(row, self.serializer, now)
 
         return op
 
@@ -509,6 +501,18 @@ class QueueBase:
                               in_flight=int(row.in_flight), oldest_due_age=oldest)
 
         return op
+
+
+def queued_message(row, serializer: Serializer, now_ms: int) -> QueuedMessage:
+    """A whole row of the queue table as the public API shows a stored message."""
+    in_flight = row.lock_uuid is not None and row.scheduled_at > now_ms
+    return QueuedMessage(
+        key=row.pkey, payload=serializer.decode(row.payload),
+        scheduled_at=from_ms(row.scheduled_at_initially),
+        created_at=from_ms(row.created_at), deliveries=row.deliveries,
+        in_flight=in_flight, priority=row.priority, group=row.group_key,
+        enqueued_by=row.enqueued_by, claimed_by=row.claimed_by if in_flight else None,
+        locked_until=from_ms(row.scheduled_at) if in_flight else None)
 
 
 def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:

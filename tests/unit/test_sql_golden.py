@@ -68,6 +68,9 @@ def emitted(name: str) -> list[tuple[str, str]]:
         ("drop", dao.delete_key(KIND, "k")),
         ("clear", dao.delete_kind(KIND)),
         ("stats", dao.select_stats(KIND, 100)),
+        ("stats of every queue", dao.select_stats_by_kind(100)),
+        ("peek due", dao.select_page(KIND, "due", 100, 50, "a_b%", (90, 7))),
+        ("peek in flight", dao.select_page(KIND, "in_flight", 100, 50, None, None)),
     ]:
         out.append((label, render(stmt, {}, dialect)))
     return out

@@ -185,7 +185,8 @@ def test_reads_and_small_writes(dao):
                  dao.move_locked(1, "lock-1", 50, keep_lock=True),
                  dao.select_by_key("q|json", "k"), dao.exists_key("q|json", "k"),
                  dao.delete_key("q|json", "k"), dao.delete_kind("q|json"),
-                 dao.select_stats("q|json", 50)):
+                 dao.select_stats("q|json", 50), dao.select_stats_by_kind(50),
+                 dao.select_page("q|json", "scheduled", 50, 10, "a_b", (40, 7))):
         conn.execute(stmt)
     statements = sent(conn)
     assert statements[:7] == [

@@ -494,6 +494,18 @@ class QueueDao(FlowControl):
                 .where(t.c.pkind == pkind, self.prefix_match(t.c.pkey, prefix)))
 
     def select_stats(self, pkind: str, now_ms: int) -> sa.Select:
+        return sa.select(*self._stats_columns(now_ms)).where(self.table.c.pkind == pkind)
+
+    def select_stats_by_kind(self, now_ms: int) -> sa.Select:
+        """``select_stats`` of every partition (queue name + payload type) at once, as rows
+        led by ``pkind``: one pass over the table, for listing every queue."""
+        t = self.table
+        return (sa.select(t.c.pkind, *self._stats_columns(now_ms))
+                .group_by(t.c.pkind).order_by(t.c.pkind))
+
+    def _stats_columns(self, now_ms: int) -> list[sa.ColumnElement]:
+        """Due (lock expired included), scheduled (not yet due, unlocked), in flight (locked,
+        lock not expired) and the earliest due time among the due."""
         t = self.table
         due = t.c.scheduled_at <= now_ms
         later = t.c.scheduled_at > now_ms
@@ -501,10 +513,31 @@ class QueueDao(FlowControl):
         def count(cond):
             return sa.func.coalesce(sa.func.sum(sa.case((cond, 1), else_=0)), 0)
 
-        return sa.select(
+        return [
             count(due).label("due"),
             count(sa.and_(later, t.c.lock_uuid.is_(None))).label("scheduled"),
             count(sa.and_(later, t.c.lock_uuid.is_not(None))).label("in_flight"),
             sa.func.min(sa.case((due, t.c.scheduled_at))).label("oldest_due"),
-        ).where(t.c.pkind == pkind)
+        ]
 
+    def select_page(self, pkind: str, state: str, now_ms: int, limit: int,
+                    key_prefix: str | None, after: tuple[int, int] | None) -> sa.Select:
+        """Up to ``limit`` messages of ``pkind`` in ``state`` ("due": due now, expired locks
+        included; "in_flight": locked, lock not expired; "scheduled": not yet due, unlocked),
+        in due order (``scheduled_at``, ``id``), after the keyset position ``after`` — a range
+        read of the due index, however deep the page."""
+        t = self.table
+        where = [t.c.pkind == pkind]
+        if state == "due":
+            where.append(t.c.scheduled_at <= now_ms)
+        else:
+            where.append(t.c.scheduled_at > now_ms)
+            lock = t.c.lock_uuid
+            where.append(lock.is_not(None) if state == "in_flight" else lock.is_(None))
+        if key_prefix:
+            where.append(self.prefix_match(t.c.pkey, key_prefix))
+        if after is not None:
+            at, row_id = after
+            where.append(t.c.scheduled_at >= at)
+            where.append(sa.or_(t.c.scheduled_at > at, t.c.id > row_id))
+        return sa.select(t).where(*where).order_by(t.c.scheduled_at, t.c.id).limit(limit)
