@@ -215,6 +215,20 @@ class AsyncDelayedQueue(QueueBase):
             if gone < batch:
                 return pruned
 
+    async def stuck(self, older_than: timedelta, *, limit: int = 100,
+                    connection: AsyncConnection | None = None) -> list[QueuedMessage]:
+        """Messages in flight that were claimed more than ``older_than`` ago (the lock's
+        expiry less ``acquire_timeout``), earliest expiry first."""
+        return await self.executor.run(self.stuck_op(older_than, limit), write=False,
+                                       connection=connection, one_statement=True)
+
+    async def release_stuck(self, older_than: timedelta, *, by: str | None = None,
+                            connection: AsyncConnection | None = None) -> int:
+        """Give back, due now, every message claimed more than ``older_than`` ago whose lock
+        still holds; their holders' acks then delete nothing. Returns how many."""
+        return await self.executor.run(self.release_stuck_op(older_than, by), write=True,
+                                       connection=connection)
+
     async def next_due(self, *, connection: AsyncConnection | None = None) -> datetime | None:
         """When the earliest message (or expiring lock) falls due; None for an empty queue.
 

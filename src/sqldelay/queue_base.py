@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
-from .dialects.base import ROW_OVERHEAD, PayloadBudget
+from .dialects.base import ROW_OVERHEAD, PayloadBudget, chunked
 from .errors import InvalidArgumentError
 from .history import (
     EventKind,
@@ -433,6 +433,53 @@ class QueueBase:
                     for k in keys])
                 cleared += len(keys)
             return cleared
+
+        return op
+
+    def _stuck_where(self, older_than: timedelta, now: int) -> list[sa.ColumnElement[bool]]:
+        """In flight, and claimed more than ``older_than`` ago: the claim time is the lock's
+        expiry less ``acquire_timeout`` (a lock renewed since counts from its renewal)."""
+        age = duration_ms(older_than, "older_than")
+        t = self.dao.table
+        return [t.c.pkind == self.pkind, t.c.lock_uuid.is_not(None), t.c.scheduled_at > now,
+                t.c.scheduled_at <= now - age + self._acquire_ms]
+
+    def stuck_op(self, older_than: timedelta, limit: int) -> Op:
+        """Up to ``limit`` messages held longer than ``older_than``, by lock expiry."""
+        check_positive_int(limit, "limit")
+        now = self.now_ms()
+        t = self.dao.table
+        stmt = (sa.select(t).where(*self._stuck_where(older_than, now))
+                .order_by(t.c.scheduled_at, t.c.id).limit(limit))
+        return lambda conn: [queued_message(r, self.serializer, now)
+                             for r in conn.execute(stmt)]
+
+    def release_stuck_op(self, older_than: timedelta, by: str | None = None) -> Op:
+        """Give back, due now, every message held longer than ``older_than`` (a consumer that
+        hangs, or one that died holding a long lock); their holders' acks then fail.
+        Returns how many went back."""
+        check_actor(by)
+        now = self.now_ms()
+        where = self._stuck_where(older_than, now)
+        t, dao = self.dao.table, self.dao
+        actor = by or current_actor()
+
+        def op(conn: sa.Connection) -> int:
+            rows = conn.execute(dao.lock_rows(
+                sa.select(t.c.id, t.c.pkey, t.c.lock_uuid, t.c.group_key, t.c.deliveries)
+                .where(*where), t, skip=False)).all()
+            for chunk in chunked([r.id for r in rows], dao.in_list_max):
+                conn.execute(sa.update(t).where(t.c.id.in_(chunk))
+                             .values(lock_uuid=None, scheduled_at=now))
+            for r in rows:
+                if r.group_key is not None:
+                    dao.free_groups(conn, self.pkind, r.lock_uuid, [r.group_key])
+            if self.recorder is not None:
+                self.recorder.write(conn, [self.recorder.event(
+                    self.pkind, EventKind.RELEASED, r.pkey, now, actor=actor,
+                    attempt=r.deliveries, detail="stuck: released by an operator")
+                    for r in rows])
+            return len(rows)
 
         return op
 

@@ -83,6 +83,17 @@ class ClaimedRow:
     previous_holder: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """A database setting that matters to a queue, as ``sqldelay verify`` reports it:
+    ``problem`` is one to fix (verify fails), otherwise a suggestion."""
+
+    setting: str
+    value: str
+    text: str
+    problem: bool = False
+
+
 class QueueDao(FlowControl):
     """Portable behaviour; correct on any database that has row locks and SKIP LOCKED."""
 
@@ -130,6 +141,13 @@ class QueueDao(FlowControl):
         # by whether the claim names its holder (queues that keep history)
         self._mark_claimed = {False: mark,
                               True: mark.values(claimed_by=sa.bindparam("actor"))}
+
+    # ---- database settings ---------------------------------------------------------------
+
+    @classmethod
+    def settings_advice(cls, conn: sa.Connection, table_name: str) -> list[Advice]:
+        """The database's settings that matter to queue table ``table_name``, judged."""
+        return []
 
     # ---- hooks around transactions and errors -------------------------------------------
 
