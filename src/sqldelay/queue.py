@@ -20,6 +20,7 @@ from .dialects.flow import NeedsTransaction
 from .errors import InvalidArgumentError
 from .executor import Executor
 from .history import History, HistoryEvent
+from .listeners import QueueListener
 from .messages import (
     Envelope,
     FlowControl,
@@ -43,15 +44,17 @@ class DelayedQueue(QueueBase):
     def __init__(self, engine: Engine, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
-                 history: bool | timedelta | History | None = None) -> None:
+                 history: bool | timedelta | History | None = None,
+                 listeners: Sequence[QueueListener] = ()) -> None:
         """``history``: keep each message's events in ``<table>_history`` (True; a timedelta:
         for that long, pruned by workers; a History for more settings); the table comes from
-        ``create_schema(history=True)``."""
+        ``create_schema(history=True)``. ``listeners`` hear of offers (metrics)."""
         problem = engine_problem(engine, type(self).__name__)
         if problem:
             raise InvalidArgumentError(problem)
         super().__init__(engine, name, serializer=serializer, acquire_timeout=acquire_timeout,
-                         table_name=table_name, clock=clock, history=history)
+                         table_name=table_name, clock=clock, history=history,
+                         listeners=listeners)
         self.executor = Executor(engine, self.dao)
 
     # ---- producing -----------------------------------------------------------------------
@@ -88,6 +91,7 @@ class DelayedQueue(QueueBase):
                                      one_statement=plan.one_statement, offer=True)
         if plan.flags_groups and connection is None:
             self.groups_flagged = True  # committed (in the caller's transaction: maybe not)
+        self.events.emit("offered", self.name, outcomes)
         return outcomes
 
     # ---- consuming -----------------------------------------------------------------------

@@ -30,6 +30,7 @@ from .history import (
     current_actor,
     process_actor,
 )
+from .listeners import Listeners, QueueListener
 from .messages import (
     Envelope,
     FlowControl,
@@ -73,8 +74,14 @@ class QueueBase:
     def __init__(self, engine: Any, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
-                 history: bool | timedelta | History | None = None) -> None:
+                 history: bool | timedelta | History | None = None,
+                 listeners: Sequence[QueueListener] = ()) -> None:
         check_text(name, "queue name", MAX_QUEUE_NAME)
+        for listener in listeners:
+            if not isinstance(listener, QueueListener):
+                raise InvalidArgumentError(
+                    f"listeners must be QueueListener instances, got {listener!r}")
+        self.events = Listeners(listeners)
         self.serializer = serializer if serializer is not None else JsonSerializer()
         check_text(getattr(self.serializer, "type_name", None), "serializer.type_name",
                    _TYPE_NAME_MAX)

@@ -32,6 +32,8 @@ from .cli_support import (
 from .dead_letters import DeadLetters
 from .dead_letters_base import DeadLetter
 from .engines import create_async_engine, is_async_url
+from .inspection import Inspector
+from .inspection_async import AsyncInspector
 from .listeners import LoggingListener, WorkerListener
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
@@ -41,6 +43,7 @@ from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
 
 log = logging.getLogger("sqldelay.cli")
+METRICS_TOKEN_ENV = "SQLDELAY_METRICS_TOKEN"
 
 
 def register(sub) -> None:
@@ -85,6 +88,12 @@ def register(sub) -> None:
                    help="seconds running handlers get to finish on shutdown")
     p.add_argument("--drain", action="store_true",
                    help="exit once nothing is due instead of waiting for more")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (needs "
+                        "sqldelay[prometheus])")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help=f"address for the metrics; another than loopback needs a token in "
+                        f"${METRICS_TOKEN_ENV}, which scrapers send as a bearer token")
     p.set_defaults(func=run_worker)
 
     d = sub.add_parser("dead-letters", help="list, requeue or drop dead letters")
@@ -187,10 +196,13 @@ def run_worker(args: argparse.Namespace) -> int:
         args.resolved_url = url
         return asyncio.run(_run_async_worker(args, names, handler, queue_settings, settings))
     engine = open_engine(args)
+    metrics = None
     try:
         queues = {n: DelayedQueue(engine, n, **queue_settings) for n in names}
         counts = _Counts()
-        worker = Worker(queues, handler, listeners=[LoggingListener(), counts], **settings)
+        listeners = [LoggingListener(), counts]
+        metrics = _metrics(args, Inspector(engine, table_name=args.table).queues, listeners)
+        worker = Worker(queues, handler, listeners=listeners, **settings)
         _started(args, worker)
         try:
             if args.drain:
@@ -202,17 +214,51 @@ def run_worker(args: argparse.Namespace) -> int:
         finally:
             _stopped(counts)
     finally:
+        if metrics is not None:
+            metrics.shutdown()
         engine.dispose()
     return 0
+
+
+def _metrics(args: argparse.Namespace, read: Callable, listeners: list):
+    """With --metrics-port: a Prometheus listener added to ``listeners``, the queues' depth
+    read by ``read`` when scraped, served over HTTP; returns the server (None without)."""
+    if args.metrics_port is None:
+        return None
+    try:
+        from .prometheus import PrometheusListener, QueueDepthCollector, serve
+    except ModuleNotFoundError as exc:
+        raise CliError(f"--metrics-port needs {exc.name}: pip install "
+                       "'sqldelay[prometheus]'") from None
+    listener = PrometheusListener()
+    listener.registry.register(QueueDepthCollector(read))
+    try:
+        server = serve(listener.registry, args.metrics_port, args.metrics_host,
+                       os.environ.get(METRICS_TOKEN_ENV) or None)
+    except OSError as exc:
+        raise CliError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
+                       f"{exc.strerror or exc}") from None
+    listeners.append(listener)
+    log.info("metrics at http://%s:%d/metrics", args.metrics_host, args.metrics_port)
+    return server
 
 
 async def _run_async_worker(args: argparse.Namespace, names: list[str], handler: Callable,
                             queue_settings: dict, settings: dict) -> int:
     engine = create_async_engine(args.resolved_url)
+    metrics = None
     try:
         queues = {n: AsyncDelayedQueue(engine, n, **queue_settings) for n in names}
         counts = _Counts()
-        worker = AsyncWorker(queues, handler, listeners=[LoggingListener(), counts], **settings)
+        listeners = [LoggingListener(), counts]
+        inspector = AsyncInspector(engine, table_name=args.table)
+        loop = asyncio.get_running_loop()
+
+        def read():  # from the metrics server's thread, on this loop
+            return asyncio.run_coroutine_threadsafe(inspector.queues(), loop).result(60)
+
+        metrics = _metrics(args, read, listeners)
+        worker = AsyncWorker(queues, handler, listeners=listeners, **settings)
         _started(args, worker)
         try:
             if args.drain:
@@ -223,6 +269,8 @@ async def _run_async_worker(args: argparse.Namespace, names: list[str], handler:
         finally:
             _stopped(counts)
     finally:
+        if metrics is not None:
+            metrics.shutdown()
         await engine.dispose()
     return 0
 
