@@ -41,6 +41,7 @@ from .messages import (
 )
 from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, history_table, queue_table
 from .serializers import JsonSerializer, Serializer, encode_payload
+from .tracing import NO_TRACING, Tracer
 
 MAX_QUEUE_NAME = 60
 _TYPE_NAME_MAX = KIND_LENGTH - MAX_QUEUE_NAME - 1
@@ -75,8 +76,12 @@ class QueueBase:
                  acquire_timeout: timedelta = timedelta(minutes=5),
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
                  history: bool | timedelta | History | None = None,
-                 listeners: Sequence[QueueListener] = ()) -> None:
+                 listeners: Sequence[QueueListener] = (),
+                 tracer: Tracer | None = None) -> None:
         check_text(name, "queue name", MAX_QUEUE_NAME)
+        if tracer is not None and not isinstance(tracer, Tracer):
+            raise InvalidArgumentError(f"tracer must be a sqldelay Tracer, got {tracer!r}")
+        self.tracer = NO_TRACING if tracer is None else tracer
         for listener in listeners:
             if not isinstance(listener, QueueListener):
                 raise InvalidArgumentError(
@@ -143,6 +148,7 @@ class QueueBase:
         planned = _chunks(rounds, rows, dao.offer_chunk, static.statement)
 
         flag = not self.groups_flagged and any(row.group is not None for row in rows)
+        trace = self.tracer.context()
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
             if flag:  # from now on claims of this queue take the group-aware path
@@ -156,12 +162,16 @@ class QueueBase:
                 results = dao.offer(conn, self.pkind, [rows[i] for i in part], now, actor)
                 for i, outcome in zip(part, results, strict=True):
                     outcomes[i] = outcome
+                if trace is not None:  # the producer's context, on what this offer wrote
+                    changed = [rows[i].key for i, outcome in zip(part, results, strict=True)
+                               if outcome is not OfferOutcome.IGNORED]
+                    dao.store_trace_context(conn, self.pkind, changed, trace)
                 if self.recorder is not None:  # the chunk's events, one statement
                     self.recorder.write(conn, self._offer_events(
                         [rows[i] for i in part], results, now, actor))
             return outcomes
 
-        one = (not flag and self.recorder is None and len(planned) == 1
+        one = (not flag and self.recorder is None and trace is None and len(planned) == 1
                and dao.offer_is_one_statement([rows[i] for i in planned[0]]))
         return OfferPlan(op, one, flag)
 
@@ -230,7 +240,7 @@ class QueueBase:
             scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
             attempt=row.deliveries, locked_until=from_ms(until), priority=row.priority,
             group=row.group, row_id=row.id, lock=lock, queue=self,
-            enqueued_by=row.enqueued_by, claimed_by=actor)
+            enqueued_by=row.enqueued_by, claimed_by=actor, trace_context=row.trace_context)
 
     def check_own(self, envelope: Envelope) -> None:
         """Refuse an envelope that another queue claimed."""

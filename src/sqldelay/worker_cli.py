@@ -88,6 +88,10 @@ def register(sub) -> None:
                    help="seconds running handlers get to finish on shutdown")
     p.add_argument("--drain", action="store_true",
                    help="exit once nothing is due instead of waiting for more")
+    p.add_argument("--otel", action="store_true",
+                   help="OpenTelemetry spans of claims, handlers and acks, from the global "
+                        "tracer provider (needs sqldelay[otel]; configure the SDK yourself, "
+                        "e.g. with opentelemetry-instrument)")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (needs "
                         "sqldelay[prometheus])")
@@ -182,7 +186,7 @@ def run_worker(args: argparse.Namespace) -> int:
                                     max_delay=args.retry_max_delay,
                                     max_attempts=args.max_attempts)
     queue_settings = {"table_name": args.table, "serializer": SERIALIZERS[args.serializer](),
-                      "acquire_timeout": args.acquire_timeout}
+                      "acquire_timeout": args.acquire_timeout, "tracer": _tracer(args)}
     names = args.queues or ["default"]
     settings = {"concurrency": args.concurrency, "batch_size": args.batch_size, "retry": retry,
                 "limits": dict(args.queue_limit),
@@ -218,6 +222,16 @@ def run_worker(args: argparse.Namespace) -> int:
             metrics.shutdown()
         engine.dispose()
     return 0
+
+
+def _tracer(args: argparse.Namespace):
+    if not args.otel:
+        return None
+    try:
+        from .otel import OpenTelemetryTracer
+    except ModuleNotFoundError as exc:
+        raise CliError(f"--otel needs {exc.name}: pip install 'sqldelay[otel]'") from None
+    return OpenTelemetryTracer()
 
 
 def _metrics(args: argparse.Namespace, read: Callable, listeners: list):

@@ -81,6 +81,7 @@ class ClaimedRow:
     # expired (a message released or never claimed has none)
     previous_lock: str | None = None
     previous_holder: str | None = None
+    trace_context: str | None = None  # the producer's, where its offer stored one
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,7 @@ class QueueDao(FlowControl):
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
                                t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
                                t.c.priority, t.c.group_key, t.c.enqueued_by, t.c.lock_uuid,
-                               t.c.claimed_by)
+                               t.c.claimed_by, t.c.trace_context)
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
                                        t.c.lock_uuid == sa.bindparam("lock"))
         self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
@@ -386,7 +387,7 @@ class QueueDao(FlowControl):
     def claimed_row(r: Sequence) -> ClaimedRow:
         """A ClaimedRow from a row of ``_claim_columns`` read before it was marked claimed."""
         return ClaimedRow(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6] + 1, r[7], r[8],
-                          r[9], r[10], r[11])
+                          r[9], r[10], r[11], r[12])
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence]:
@@ -472,6 +473,14 @@ class QueueDao(FlowControl):
         if rows:
             conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
         return [r.pkey for r in rows]
+
+    def store_trace_context(self, conn: sa.Connection, pkind: str, keys: Sequence[str],
+                            context: str) -> None:
+        """Keep ``context`` (a producer's trace context) with the messages of ``keys``."""
+        t = self.table
+        for chunk in chunked(sorted(keys, key=self.lock_order), self.in_list_max):
+            conn.execute(sa.update(t).where(t.c.pkind == pkind, t.c.pkey.in_(chunk))
+                         .values(trace_context=context))
 
     def select_next_due(self, pkind: str) -> sa.Select:
         """The earliest due time (or lock expiry) of a queue: one step down its due index."""

@@ -101,7 +101,7 @@ class PostgresQueueDao(QueueDao):
                            t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
                            t.c.priority, t.c.group_key, t.c.enqueued_by,
                            picked.c.lock_uuid.label("previous_lock"),
-                           picked.c.claimed_by.label("previous_holder"))
+                           picked.c.claimed_by.label("previous_holder"), t.c.trace_context)
             )
         return self._claims[where, by]
 
