@@ -11,6 +11,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -80,6 +82,16 @@ def open_engine(args: argparse.Namespace, *, create: bool = False,
     return engine
 
 
+@contextmanager
+def database(args: argparse.Namespace, **kwargs) -> Iterator[sa.Engine]:
+    """``open_engine(args, **kwargs)``, disposed of at the end."""
+    engine = open_engine(args, **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
 def unreachable(url: sa.URL, exc: BaseException) -> str:
     """Why the database of ``url`` could not be used, naming the file or the server."""
     reason = _first_line(getattr(exc, "orig", None) or exc)
@@ -133,15 +145,15 @@ def duration(text: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def confirm(question: str, yes: bool) -> bool:
-    """Whether to go on: --yes, or "y" typed at a terminal; without a terminal, an error
-    saying to pass --yes (a script must say so explicitly)."""
+def confirm(question: str, yes: bool) -> None:
+    """Go on with --yes, or when "y" is typed at a terminal; otherwise an error (without a
+    terminal, saying to pass --yes: a script must say so explicitly)."""
     if yes:
-        return True
+        return
     if not sys.stdin.isatty():
         raise CliError(f"{question} — not confirmed: pass --yes to do it without asking")
-    answer = input(f"{question} [y/N] ").strip().lower()
-    return answer in ("y", "yes")
+    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+        raise CliError("not confirmed: nothing changed")
 
 
 def add_yes(parser: argparse.ArgumentParser) -> None:

@@ -14,8 +14,8 @@ from .cli_support import (
     add_json,
     add_yes,
     confirm,
+    database,
     duration,
-    open_engine,
     print_json,
     print_table,
 )
@@ -97,13 +97,10 @@ def _table(title: str, messages: list[QueuedMessage]) -> None:
 
 
 def run_peek(args: argparse.Namespace) -> int:
-    engine = open_engine(args)
-    try:
+    with database(args) as engine:
         page = Inspector(engine, table_name=args.table).peek(
             args.queue, args.state, limit=args.limit, key_prefix=args.prefix, after=args.after,
             serializer=SERIALIZERS[args.serializer]())
-    finally:
-        engine.dispose()
     if args.json:
         print_json({"messages": [_json(m) for m in page.messages], "next": page.next_after})
         return 0
@@ -114,11 +111,8 @@ def run_peek(args: argparse.Namespace) -> int:
 
 
 def run_get(args: argparse.Namespace) -> int:
-    engine = open_engine(args)
-    try:
+    with database(args) as engine:
         message = _queue(args, engine).get(args.key)
-    finally:
-        engine.dispose()
     if message is None:
         raise CliError(f"no message {args.key!r} in queue {args.queue!r}")
     if args.json:
@@ -129,11 +123,8 @@ def run_get(args: argparse.Namespace) -> int:
 
 
 def run_drop(args: argparse.Namespace) -> int:
-    engine = open_engine(args)
-    try:
+    with database(args) as engine:
         dropped = _queue(args, engine).drop(args.key)
-    finally:
-        engine.dispose()
     if not dropped:
         raise CliError(f"no message {args.key!r} in queue {args.queue!r}")
     print(f"dropped {args.key!r} from {args.queue!r}")
@@ -141,38 +132,28 @@ def run_drop(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    engine = open_engine(args)
-    try:
+    with database(args) as engine:
         queue = _queue(args, engine, acquire_timeout=args.acquire_timeout)
         stuck = queue.stuck(args.older_than, limit=20)
         if not stuck:
             print(f"nothing in queue {args.queue!r} was claimed more than {args.older_than} ago")
             return 0
         _table(f"{args.queue}: stuck (first {len(stuck)})", stuck)
-        if not confirm(f"give back every message of {args.queue!r} claimed more than "
-                       f"{args.older_than} ago, due now?", args.yes):
-            print("nothing released")
-            return 1
+        confirm(f"give back every message of {args.queue!r} claimed more than "
+                f"{args.older_than} ago, due now?", args.yes)
         print(f"released {queue.release_stuck(args.older_than)} message(s)")
         return 0
-    finally:
-        engine.dispose()
 
 
 def run_purge(args: argparse.Namespace) -> int:
-    engine = open_engine(args)
-    try:
+    with database(args) as engine:
         queue = _queue(args, engine)
         stats = queue.stats()
         total = stats.due + stats.scheduled + stats.in_flight
         if total == 0:
             print(f"queue {args.queue!r} is empty")
             return 0
-        if not confirm(f"delete all {total} message(s) of queue {args.queue!r} "
-                       f"({stats.in_flight} in flight)?", args.yes):
-            print("nothing deleted")
-            return 1
+        confirm(f"delete all {total} message(s) of queue {args.queue!r} "
+                f"({stats.in_flight} in flight)?", args.yes)
         print(f"deleted {queue.clear()} message(s) from {args.queue!r}")
         return 0
-    finally:
-        engine.dispose()

@@ -8,7 +8,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from .cli_support import CliError, duration, open_engine
+from .cli_support import CliError, database, duration
 from .queue import DelayedQueue
 
 
@@ -49,13 +49,10 @@ def run(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise CliError(f"--payload is not JSON: {exc}") from None
     at = args.at if args.delay is None else datetime.now(UTC) + args.delay
-    engine = open_engine(args)
-    try:
+    with database(args) as engine:
         queue = DelayedQueue(engine, args.queue, table_name=args.table)
         outcome = queue.offer(args.key, payload, at, update=not args.no_update,
                               priority=args.priority, group=args.group)
-    finally:
-        engine.dispose()
     due = "now" if at is None else at.astimezone(UTC).isoformat(timespec="seconds")
     print(f"{outcome.value}: {args.queue} {args.key} (due {due})")
     return 0

@@ -8,7 +8,7 @@ import argparse
 
 import sqlalchemy as sa
 
-from .cli_support import add_json, open_engine, print_json, print_table, shown
+from .cli_support import add_json, database, print_json, print_table, shown
 from .dialects import dao_class_for
 from .migrate import current
 from .schema import HISTORY, SCHEMA_VERSION, schema_tables
@@ -65,12 +65,8 @@ def _columns(index: sa.Index) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    engine = open_engine(args, table=False)
-    try:
-        with engine.connect() as conn:
-            found = findings(conn, args.table)
-    finally:
-        engine.dispose()
+    with database(args, table=False) as engine, engine.connect() as conn:
+        found = findings(conn, args.table)
     problems = sum(1 for level, _, _ in found if level == PROBLEM)
     if args.json:
         print_json({"ok": problems == 0, "findings": [

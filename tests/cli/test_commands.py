@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay import DeadLetters, DelayedQueue, Message, create_schema, drop_schema
+from sqldelay.schema import SCHEMA_VERSION
 
 from ..conftest import unique_name
 
@@ -160,7 +161,8 @@ def test_migrate_creates_upgrades_and_verify_catches_what_is_wrong(backend_url, 
     assert "0004" in version and "sqldelay migrate" in version
 
     with engine.begin() as conn:
-        conn.execute(sa.text(f"UPDATE {own_table}_alembic SET version_num = '0005'"))
+        conn.execute(sa.text(f"UPDATE {own_table}_alembic SET version_num = :v"),
+                     {"v": SCHEMA_VERSION})
     done = here("verify", "--json", *db)
     assert done.returncode == 1 and problems(done) == [index, *settings]
 
@@ -298,3 +300,24 @@ def test_the_demo_runs_in_its_own_table(tmp_path):
     assert "delivered 50 of 50" in out
     assert DelayedQueue(engine, "demo").contains("mine")  # the default table is untouched
     engine.dispose()
+
+
+def test_stats_watch_reads_again_until_ctrl_c(backend_url, engine, table_name):
+    name = unique_name("watch")
+    queue = DelayedQueue(engine, name, table_name=table_name)
+    queue.offer("a", 1)
+    proc = subprocess.Popen([*COMMAND, "stats", name, "--url", backend_url, "--table",
+                             table_name, "--watch", "0.1", "--json"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        [first] = json.loads(proc.stdout.readline())
+        queue.offer("b", 2)
+        deadline = datetime.now(UTC) + timedelta(seconds=30)
+        while (reading := json.loads(proc.stdout.readline()))[0]["due"] != 2:
+            assert datetime.now(UTC) < deadline, reading
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert first["due"] == 1 and first["queue"] == name
