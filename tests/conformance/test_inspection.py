@@ -98,6 +98,17 @@ def test_peek_by_state_with_prefix_and_pages(front, make_queue, table_name, cloc
     assert env.key not in {m.key for m in inspector.peek(q.name, "due", limit=100).messages}
     assert inspector.peek(unique_name("nothing"), "due").messages == []
 
+    q.offer("future2", {"n": "f2"}, start + MIN)  # beside "future", at the same due time
+    first = inspector.peek(q.name, "scheduled", limit=1)
+    assert [m.key for m in first.messages] == ["future"]
+    assert [m.key for m in inspector.peek(q.name, "scheduled", limit=1,
+                                          after=first.next_after).messages] == ["future2"]
+    clock.advance(2 * MIN)  # both fell due: the next page of scheduled ones is empty
+    late = front.inspector(table_name=table_name, clock=clock)
+    assert late.peek(q.name, "scheduled", after=first.next_after).messages == []
+    assert [m.key for m in late.peek(q.name, "due", limit=100, key_prefix="future").messages] \
+        == ["future", "future2"]
+
 
 @pytest.mark.parametrize("kwargs, problem", [
     ({"state": "late"}, "state must be one of due, in_flight, scheduled"),
