@@ -29,11 +29,13 @@ from sqldelay import (
     AsyncCronService,
     AsyncDeadLetters,
     AsyncDelayedQueue,
+    AsyncInspector,
     AsyncWorker,
     CronService,
     DeadLetters,
     DelayedQueue,
     Envelope,
+    Inspector,
     Worker,
 )
 from sqldelay.executor import Executor
@@ -68,7 +70,7 @@ class Portal:
 
 
 _PROXIED = (AsyncDelayedQueue, Envelope, AsyncCronService, AsyncCronHandle, AsyncWorker,
-            AsyncDeadLetters, sa.ext.asyncio.AsyncConnection)
+            AsyncDeadLetters, AsyncInspector, sa.ext.asyncio.AsyncConnection)
 
 
 class Proxy:
@@ -161,6 +163,9 @@ class Front:
     def cron(self, queue, **kwargs) -> CronService:
         return CronService(queue, **kwargs)
 
+    def inspector(self, **kwargs) -> Inspector:
+        return Inspector(self.engine, **kwargs)
+
     def connect(self):
         """A connection to pass as ``connection=`` (a context manager)."""
         return self.engine.connect()
@@ -227,6 +232,9 @@ class AsyncFront(Front):
 
     def cron(self, queue, **kwargs) -> Proxy:
         return Proxy(self.portal, self.portal.call(AsyncCronService, unwrap(queue), **kwargs))
+
+    def inspector(self, **kwargs) -> Proxy:
+        return Proxy(self.portal, AsyncInspector(self.engine, **kwargs))
 
     @contextlib.contextmanager
     def connect(self):

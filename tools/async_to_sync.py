@@ -35,6 +35,7 @@ MODULES = {
     "cron_async.py": "cron.py",
     "worker_async.py": "worker.py",
     "sharded_async.py": "sharded.py",
+    "inspection_async.py": "inspection.py",
 }
 
 RENAMES = {
@@ -45,6 +46,7 @@ RENAMES = {
     "AsyncCronService": "CronService",
     "AsyncCronHandle": "CronHandle",
     "AsyncShardedQueue": "ShardedQueue",
+    "AsyncInspector": "Inspector",
     "AsyncConnection": "Connection",
     "AsyncEngine": "Engine",
     "AsyncRetrying": "Retrying",

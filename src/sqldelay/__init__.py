@@ -1,8 +1,9 @@
 """sqldelay: a durable delayed message queue on any SQLAlchemy 2.x engine.
 
 Two front ends over the same statements: ``DelayedQueue``, ``Worker``, ``CronService`` and
-``DeadLetters`` on a blocking ``Engine``; ``AsyncDelayedQueue``, ``AsyncWorker``,
-``AsyncCronService`` and ``AsyncDeadLetters`` on an asyncio ``AsyncEngine``.
+``DeadLetters`` (and ``Inspector``) on a blocking ``Engine``; ``AsyncDelayedQueue``,
+``AsyncWorker``, ``AsyncCronService`` and ``AsyncDeadLetters`` (``AsyncInspector``) on an
+asyncio ``AsyncEngine``.
 """
 
 from .clock import Clock, FakeClock, SystemClock
@@ -21,7 +22,10 @@ from .errors import (
     UnsupportedDialectError,
 )
 from .history import EventKind, History, HistoryEvent
-from .listeners import LoggingListener, WorkerListener
+from .inspection import Inspector
+from .inspection_async import AsyncInspector
+from .inspection_base import MessagePage, QueueSummary
+from .listeners import LoggingListener, QueueListener, WorkerListener
 from .messages import Delivery, Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
@@ -45,14 +49,14 @@ from .worker_base import ProcessingMode
 
 __all__ = [
     "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue",
-    "AsyncShardedQueue", "AsyncWorker",
-    "BytesSerializer", "Clock", "CronHandle", "CronMessage", "CronService", "DeadLetter",
-    "DeadLetters", "DelayedQueue", "Delivery", "Envelope", "EventKind", "FakeClock", "History",
-    "HistoryEvent", "InstalledSchedule", "InvalidArgumentError", "JsonSerializer",
-    "LoggingListener", "Message", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats",
-    "QueuedMessage", "RetryPolicy", "SchemaMissingError", "Serializer", "ShardUnavailableError",
-    "ShardedQueue", "SqlDelayError", "StrSerializer", "SystemClock", "UnsupportedDialectError",
-    "Worker", "WorkerListener",
+    "AsyncInspector", "AsyncShardedQueue", "AsyncWorker", "BytesSerializer", "Clock",
+    "CronHandle", "CronMessage", "CronService", "DeadLetter", "DeadLetters", "DelayedQueue",
+    "Delivery", "Envelope", "EventKind", "FakeClock", "History", "HistoryEvent", "Inspector",
+    "InstalledSchedule", "InvalidArgumentError", "JsonSerializer", "LoggingListener", "Message",
+    "MessagePage", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueListener",
+    "QueueStats", "QueueSummary", "QueuedMessage", "RetryPolicy", "SchemaMissingError",
+    "Serializer", "ShardUnavailableError", "ShardedQueue", "SqlDelayError", "StrSerializer",
+    "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener",
     "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",
     "drop_table_op", "queue_table", "shard_name", "shard_score"
 ]

@@ -51,6 +51,7 @@ class QueuedMessage:
     group: str | None = None
     enqueued_by: str | None = None  # kept by queues with history, or when given
     claimed_by: str | None = None  # while in flight: who holds it (likewise)
+    locked_until: datetime | None = None  # while in flight: when its lock runs out
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class Envelope:
     queue: DelayedQueue = field(repr=False)
     enqueued_by: str | None = None  # who offered it (queues with history, or when given)
     claimed_by: str | None = None  # who claimed it: this consumer's name, when it has one
+    trace_context: str | None = None  # the producer's trace context, stored by a traced offer
 
     @property
     def delivery(self) -> Delivery:

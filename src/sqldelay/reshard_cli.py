@@ -20,8 +20,8 @@ from tqdm import tqdm
 from .engines import create_engine
 from .errors import SqlDelayError
 from .queue import DelayedQueue
+from .serializers import SERIALIZERS
 from .sharded import ShardedQueue
-from .worker_cli import SERIALIZERS
 
 _NAMED = re.compile(r"^(?P<name>[^:/=]+)=(?P<url>.+)$")
 

@@ -319,7 +319,8 @@ class Worker(WorkerBase):
         self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
-            self._handlers.call(self.handler, envelope)
+            with envelope.queue.tracer.process(envelope):
+                self._handlers.call(self.handler, envelope)
         except Exception as exc:
             try:
                 if self.isolated:  # a shard that is down does not hold a handler up
@@ -450,8 +451,10 @@ class Worker(WorkerBase):
                 self._events.emit("started", envelope)
                 began = time.perf_counter()
                 try:
-                    with conn.begin_nested():
-                        self._handlers.call_with_connection(self.handler, envelope, conn)
+                    with envelope.queue.tracer.process(envelope):
+                        with conn.begin_nested():
+                            self._handlers.call_with_connection(self.handler, envelope,
+                                                                conn)
                 except Exception as exc:
                     try:
                         self._fail(envelope, exc, conn)

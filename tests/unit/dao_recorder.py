@@ -168,7 +168,7 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         op(conn)
         out.extend((f"{label} {i}", stmt, params) for i, (stmt, params) in enumerate(conn.executed))
 
-    claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1", None, None, None)
+    claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1", None, None, None, None)
     # making group rows: PostgreSQL (ON CONFLICT) and MySQL (INSERT IGNORE) in one statement,
     # the others read, then insert
     absent = [[]] if dao.name in ("postgresql", "mysql", "mariadb") else [[], []]
@@ -203,7 +203,7 @@ def history_recordings(dao, dialect: sa.Dialect, kind: str,
     record("offer by", lambda c: dao.offer(c, kind, [OfferRow("new", b"{}", 1000, True)], 1,
                                            actor="shop"), offered)
     record("claim by", lambda c: dao.claim(c, kind, 100, 10, "L", 400, actor="w1"),
-           [[(7, "k", b"{}", 10, 10, 5, 0, 0, None, "shop", "old", "w0")]])
+           [[(7, "k", b"{}", 10, 10, 5, 0, 0, None, "shop", "old", "w0", None)]])
     record("events", lambda c: recorder.write(c, [
         recorder.event(kind, EventKind.CLAIMED, "k", 100, actor="w1", attempt=1, detail="d"),
         recorder.event(kind, EventKind.ACKED, "k", 200, actor="w1", attempt=1)]))

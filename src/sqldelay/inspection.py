@@ -1,0 +1,43 @@
+# Generated from inspection_async.py by tools/async_to_sync.py: edit that file, then run
+# `python tools/async_to_sync.py`. Do not edit this one.
+"""Inspecting a queue table from this front end: every queue with its counts, and one queue's
+messages by state. ``inspection_base`` holds what is sent; this module runs it."""
+
+from __future__ import annotations
+
+from .clock import Clock
+from .concurrency import Connection, Engine, engine_problem
+from .errors import InvalidArgumentError
+from .executor import Executor
+from .inspection_base import InspectorBase, MessagePage, QueueSummary
+from .schema import DEFAULT_TABLE
+from .serializers import Serializer
+
+
+class Inspector(InspectorBase):
+    """Read-only views of every queue in queue table ``table_name``."""
+
+    def __init__(self, engine: Engine, *, table_name: str = DEFAULT_TABLE,
+                 clock: Clock | None = None) -> None:
+        problem = engine_problem(engine, type(self).__name__)
+        if problem:
+            raise InvalidArgumentError(problem)
+        super().__init__(engine, table_name=table_name, clock=clock)
+        self.executor = Executor(engine, self.dao)
+
+    def queues(self, *, connection: Connection | None = None) -> list[QueueSummary]:
+        """Every queue with messages or dead letters: due, scheduled, in flight, dead letters
+        and the oldest due message's age, read for all queues at once."""
+        return self.executor.run(self.queues_op(), write=False, connection=connection)
+
+    def peek(self, queue: str, state: str = "due", *, limit: int = 50,
+             key_prefix: str | None = None, after: str | None = None,
+             serializer: Serializer | None = None,
+             connection: Connection | None = None) -> MessagePage:
+        """Messages of ``queue`` (payloads of ``serializer``'s type, JSON by default) that
+        are ``state`` — "due", "in_flight" or "scheduled" — in due order, without locking
+        them; ``key_prefix`` keeps the keys that start with it; ``after`` is the previous
+        page's ``next_after``."""
+        return self.executor.run(
+            self.peek_op(queue, state, limit, key_prefix, after, serializer), write=False,
+            connection=connection, one_statement=True)
