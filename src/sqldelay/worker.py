@@ -96,6 +96,7 @@ class Worker(WorkerBase):
         self._idle_handlers = 0
         self._closing = False
         self._handled = 0
+        self._acked = 0
         self._fatal: BaseException | None = None
         self._active = Lock()
 
@@ -181,6 +182,7 @@ class Worker(WorkerBase):
         self._idle_handlers = 0
         self._closing = False
         self._handled = 0
+        self._acked = 0  # acks sent
         self._fatal = None
 
     def _start_helpers(self, until_idle: bool) -> list[Spawned]:
@@ -221,6 +223,7 @@ class Worker(WorkerBase):
             # after an empty claim, the acks go first: they may free a group or a cap slot
             if self._starved and not self._patiently(self._flush_acks):
                 return
+            handled, acked = self._handled, self._acked
             batch = self._claim_next()
             if batch is None:
                 return
@@ -239,10 +242,15 @@ class Worker(WorkerBase):
             if until_idle:
                 if self._wait_until_quiet():
                     return
-                # due, yet not claimable now (locked by another consumer, or a limit): a nap,
-                # then every queue again
-                wait_event(self._wake, MIN_IDLE)
+                # due, yet not claimable: when a handler finished or acks went out since the
+                # claim (a group or a slot under a cap may be free now) every queue again at
+                # once; else (locked by another consumer, a rate limit) after a nap
+                if (self._handled, self._acked) == (handled, acked):
+                    wait_event(self._wake, MIN_IDLE)
                 self._rotation.wake()
+                continue
+            if (self._handled, self._acked) != (handled, acked):
+                self._rotation.wake()  # as above: what held the due messages back may be gone
                 continue
             if not idle:
                 idle = True
@@ -355,6 +363,7 @@ class Worker(WorkerBase):
         if later:
             with self._lock:
                 self._to_ack[:0] = later
+        self._acked += len(batch) - len(later)
         return True
 
     def _shut_down(self, handlers: list[Spawned]) -> None:
