@@ -7,10 +7,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import bench_cli, demo, worker_cli
+from . import bench_cli, demo, serve_cli, worker_cli
 
 # modules with a ``register(subparsers)`` that adds one subcommand and sets ``func``
-COMMANDS = [demo, worker_cli, bench_cli]
+COMMANDS = [demo, worker_cli, bench_cli, serve_cli]
 
 DEFAULT_URL = "sqlite:///sqldelay-demo.db"
 
