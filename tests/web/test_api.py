@@ -82,7 +82,18 @@ def test_status_follows_the_message_through_its_states(http, engine, table_name,
     env = q.poll(by="consumer-7")
     status = http.get(url(q, "k")).json()
     assert (status["state"], status["attempt"]) == ("in_flight", 1)
-    assert when(status["locked_until"]) == env.locked_until
+    assert when(status["locked_until"]) == when(status["due_at"]) == env.locked_until
+    assert when(status["scheduled_at"]) == env.scheduled_at
+
+    env.release(delay=timedelta(hours=1), error="retry later")  # waits for its retry
+    status = http.get(url(q, "k")).json()
+    assert (status["state"], status["locked_until"]) == ("scheduled", None)
+    assert when(status["due_at"]) - datetime.now(UTC) > timedelta(minutes=59)
+    listed = http.get(url(q), params={"state": "scheduled"}).json()["messages"]
+    assert [(m["key"], m["state"]) for m in listed] == [("k", "scheduled")]
+    assert q.poll() is None
+    http.post(url(q, "k"), json={"payload": {"a": 2}})  # due now again
+    env = q.poll(by="consumer-7")
 
     DeadLetters.of(q).bury(env, "RuntimeError: boom")
     status = http.get(url(q, "k")).json()

@@ -286,12 +286,15 @@ def _seconds(delta: timedelta | None) -> float | None:
 
 
 def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict:
+    """A stored message: ``due_at`` is when it may next be claimed (a retry's time while it
+    waits for one, the lock's expiry while in flight), ``scheduled_at`` the producer's."""
     if m.in_flight:
         state = "in_flight"
     else:
-        state = "due" if m.scheduled_at <= now else "scheduled"
+        state = "due" if m.next_due <= now else "scheduled"
     return {"queue": queue, "key": m.key, "state": state, "payload": m.payload,
-            "due_at": _iso(m.scheduled_at), "created_at": _iso(m.created_at),
+            "due_at": _iso(m.next_due), "scheduled_at": _iso(m.scheduled_at),
+            "created_at": _iso(m.created_at),
             "attempt": m.deliveries, "priority": m.priority, "group": m.group,
             "locked_until": _iso(m.locked_until), "claimed_by": m.claimed_by,
             "enqueued_by": m.enqueued_by}

@@ -86,7 +86,11 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
                                                    "due_at", "attempt"], "properties": {
             "queue": {"type": "string"}, "key": {"type": "string"},
             "state": {"enum": ["due", "scheduled", "in_flight"]}, "payload": {},
-            "due_at": {"type": "string", "format": "date-time"},
+            "due_at": {"type": "string", "format": "date-time",
+                       "description": "when it may next be claimed: a retry's time while "
+                                      "one waits, the lock's expiry while in flight"},
+            "scheduled_at": {"type": "string", "format": "date-time",
+                             "description": "the due time its producer asked for"},
             "created_at": {"type": "string", "format": "date-time"},
             "attempt": {"type": "integer", "description": "deliveries so far"},
             "priority": {"type": "integer"}, "group": {"type": ["string", "null"]},
