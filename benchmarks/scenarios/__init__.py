@@ -15,6 +15,7 @@ from . import (
     spark,
     steady,
     throughput,
+    web,
     worker,
 )
 
@@ -39,6 +40,7 @@ SCENARIOS = {
     "async_peers": asyncio_front.async_peers,
     "async_worker_drain": asyncio_front.async_worker_drain,
     "async_worker_wakeup": asyncio_front.async_worker_wakeup,
+    "web_push": web.web_push,
     "spark_offer": spark.spark_offer,
 }
 OPTIONAL = {"spark_offer"}
