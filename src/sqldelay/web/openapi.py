@@ -131,9 +131,12 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
             "concurrency_limit": {"type": ["integer", "null"]}}},
         "Count": {"type": "object", "minProperties": 1, "maxProperties": 1,
                   "additionalProperties": {"type": "integer"}},
-        "Throughput": {"type": "object", "required": ["every_seconds", "problem", "queues"],
+        "Throughput": {"type": "object", "required": ["every_seconds", "problem", "since",
+                                                      "queues"],
                        "properties": {
             "every_seconds": {"type": "number"}, "problem": {"type": ["string", "null"]},
+            "since": {"type": ["integer", "null"],
+                      "description": "the minute (epoch ms) counting began; null: not yet"},
             "queues": {"type": "object", "description": "per queue (name|payload type)",
                        "additionalProperties": {"type": "array", "items": {
                            "type": "array", "minItems": 3, "maxItems": 3,

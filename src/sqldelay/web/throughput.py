@@ -37,6 +37,7 @@ class Sampler:
         self.every = every.total_seconds()
         self.problem: str | None = "not sampled yet"
         self._last_id: int | None = None
+        self._since: int | None = None  # the minute (epoch ms) counting began
         # pkind -> minute (epoch ms) -> [offered, acked]
         self._minutes: dict[str, dict[int, list[int]]] = defaultdict(dict)
         self._task: asyncio.Task | None = None
@@ -73,6 +74,8 @@ class Sampler:
         self.problem = None
         self._last_id = last
         minute = int(time.time() // 60 * 60_000)
+        if self._since is None:
+            self._since = minute
         for (pkind, kind), n in counts.items():
             slot = self._minutes[pkind].setdefault(minute, [0, 0])
             slot[KINDS.index(kind)] += n
@@ -82,8 +85,9 @@ class Sampler:
                 del per_minute[old]
 
     def snapshot(self) -> dict:
-        """What the dashboard draws: per queue (``name|type``), [minute, offered, acked]
-        for each minute with events, oldest first."""
-        return {"every_seconds": self.every, "problem": self.problem,
+        """What the dashboard draws: since which minute the service counts (None: not yet),
+        and per queue (``name|type``) [minute, offered, acked] for each minute with events,
+        oldest first (minutes are epoch milliseconds)."""
+        return {"every_seconds": self.every, "problem": self.problem, "since": self._since,
                 "queues": {pkind: [[m, *counts] for m, counts in sorted(per_minute.items())]
                            for pkind, per_minute in self._minutes.items() if per_minute}}

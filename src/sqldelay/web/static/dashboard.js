@@ -237,28 +237,31 @@ async function refreshChart() {
   const points = data.queues[state.queue + "|json"] || [];
   const note = $("chart-note");
   note.textContent = data.problem ||
-    `sampled every ${data.every_seconds} s from the event history; ` +
-    "offered (blue) and acked (green) over the last hour";
-  drawChart($("chart"), points);
+    `sampled every ${data.every_seconds} s from the event history since the service ` +
+    "started (at most the last hour): offered (blue) and acked (green)";
+  drawChart($("chart"), points, data.since);
 }
 
-function drawChart(box, points) {
+function drawChart(box, points, since) {
+  // the minutes the service has counted, up to the last hour: before it started there is
+  // nothing to draw, not zero
   const W = 600, H = 160, L = 40, B = 20;
   const now = Math.floor(Date.now() / 60000) * 60000;
+  const first = Math.max(now - 59 * 60000, since === null ? now : Math.min(since, now));
   const minutes = [];
-  for (let m = now - 59 * 60000; m <= now; m += 60000) minutes.push(m);
+  for (let m = first; m <= now; m += 60000) minutes.push(m);
   const byMinute = new Map(points.map(([m, offered, acked]) => [m, [offered, acked]]));
   const series = minutes.map((m) => byMinute.get(m) || [0, 0]);
   const top = Math.max(1, ...series.flat());
   const root = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", class: "chart"});
-  const x = (i) => L + (i * (W - L - 5)) / (minutes.length - 1);
+  const x = (i) => L + (i * (W - L - 5)) / Math.max(1, minutes.length - 1);
   const y = (v) => H - B - (v * (H - B - 10)) / top;
   svg("line", {x1: L, y1: y(0), x2: W - 5, y2: y(0), class: "axis"}, root);
   svg("line", {x1: L, y1: y(0), x2: L, y2: y(top), class: "axis"}, root);
   const label = (text, attrs) => { svg("text", attrs, root).textContent = text; };
   label(String(top), {x: L - 4, y: y(top) + 4, "text-anchor": "end"});
   label("0", {x: L - 4, y: y(0) + 4, "text-anchor": "end"});
-  label("−60 min", {x: L, y: H - 4});
+  label(`−${minutes.length - 1} min`, {x: L, y: H - 4});
   label("now", {x: W - 5, y: H - 4, "text-anchor": "end"});
   [["offered", 0], ["acked", 1]].forEach(([name, index]) => {
     const d = series.map((v, i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v[index]).toFixed(1)}`);
