@@ -20,6 +20,7 @@ from .server import READ_ONLY_TOKEN, TOKEN
 CHROMIUM = Path(os.environ.get("SQLDELAY_TEST_CHROMIUM", "/usr/bin/chromium"))
 playwright = pytest.importorskip("playwright.sync_api")
 expect = playwright.expect
+expect.set_options(timeout=15_000)  # the page refreshes every 2 s; a busy machine is slower
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +96,17 @@ def test_operator_watches_finds_pauses_and_requeues(browser, server, engine, tab
     letter.get_by_role("button", name="Requeue").click()
     expect(letter).to_have_count(0)
     assert q.get("broken").payload == {"item": "?"}
+
+    for key in ("order:1", "order:3"):  # two dead letters more, dropped together
+        q.offer(key, {"item": key}, at=datetime.now(UTC) - timedelta(hours=2))
+        DeadLetters.of(q).bury(q.poll(), "gone")
+    row(page, q.name).locator("a").click()
+    expect(page.locator("#dead-letters tbody tr")).to_have_count(2)
+    page.on("dialog", lambda dialog: dialog.accept())  # "Drop 2 dead letter(s) for good?"
+    page.check("#select-all")
+    page.click("#drop-selected")
+    expect(page.locator("#dead-letters tbody tr")).to_have_count(0)
+    assert DeadLetters.of(q).count(q.name) == 0
 
     chart = page.locator("#chart")
     expect(chart).to_have_attribute("data-offered", re.compile(r"^[4-9]|\d\d"))
