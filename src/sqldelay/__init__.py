@@ -24,7 +24,7 @@ from .history import EventKind, History, HistoryEvent
 from .inspection import Inspector
 from .inspection_async import AsyncInspector
 from .inspection_base import MessagePage, QueueSummary
-from .listeners import LoggingListener, WorkerListener
+from .listeners import LoggingListener, QueueListener, WorkerListener
 from .messages import Delivery, Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
@@ -49,7 +49,7 @@ __all__ = [
     "CronService", "DeadLetter", "DeadLetters", "DelayedQueue", "Delivery", "Envelope",
     "EventKind", "FakeClock", "History", "HistoryEvent", "Inspector", "InstalledSchedule",
     "InvalidArgumentError", "JsonSerializer", "LoggingListener", "Message", "MessagePage",
-    "OfferOutcome", "PayloadError", "ProcessingMode", "QueueStats", "QueueSummary",
+    "OfferOutcome", "PayloadError", "ProcessingMode", "QueueListener", "QueueStats", "QueueSummary",
     "QueuedMessage", "RetryPolicy", "SchemaMissingError", "Serializer", "SqlDelayError",
     "StrSerializer", "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener",
     "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",

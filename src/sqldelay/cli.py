@@ -1,43 +1,132 @@
-"""The ``sqldelay`` command line. Each subcommand lives in its own module and registers itself."""
+"""sqldelay: a durable delayed message queue in the database you already run (PostgreSQL,
+MySQL/MariaDB, SQLite, SQL Server, Oracle). These commands set up its table, run workers,
+and let you look at and repair queues: what is due, what is stuck, what failed.
+
+Every database command takes --url (or the SQLDELAY_URL environment variable) and --table.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
-from . import bench_cli, demo, serve_cli, worker_cli
+from . import (
+    bench_cli,
+    demo,
+    inspect_cli,
+    messages_cli,
+    migrate_cli,
+    offer_cli,
+    serve_cli,
+    verify_cli,
+    worker_cli,
+)
+from .cli_support import URL_ENV, failure_message
 
-# modules with a ``register(subparsers)`` that adds one subcommand and sets ``func``
-COMMANDS = [demo, worker_cli, bench_cli, serve_cli]
+# modules with a ``register(subparsers)`` that adds subcommands and sets ``func``
+COMMANDS = [
+    migrate_cli,
+    verify_cli,
+    inspect_cli,
+    messages_cli,
+    offer_cli,
+    worker_cli,
+    demo,
+    bench_cli,
+    serve_cli,
+]
 
-DEFAULT_URL = "sqlite:///sqldelay-demo.db"
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (where there is one to show), descriptions as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and default not in (None, False, argparse.SUPPRESS, [])
+                and "default" not in text):
+            shown = getattr(default, "total_seconds", None)
+            text += f" (default: {_seconds(default) if shown else '%(default)s'})"
+        return text
+
+
+def _seconds(delta) -> str:
+    return f"{delta.total_seconds():g}s"
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sqldelay", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="sqldelay", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"sqldelay {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log what happens, and show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
     for module in COMMANDS:
         module.register(sub)
+    _verbose_after(sub)
     return parser
 
 
-def add_db_arguments(parser: argparse.ArgumentParser, *, queue: str | None = None) -> None:
-    """The options every database-facing subcommand shares."""
-    parser.add_argument("--url", default=DEFAULT_URL,
-                        help=f"SQLAlchemy database URL (default: {DEFAULT_URL})")
-    parser.add_argument("--table", default="delayed_queue", help="queue table name")
+def _verbose_after(sub: argparse._SubParsersAction) -> None:
+    """-v after the subcommand too (and after a sub-subcommand: dead-letters list -v)."""
+    for command in sub.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in nested:
+            _verbose_after(action)
+        if "-" in command.prefix_chars and not nested:
+            command.add_argument("-v", "--verbose", action="store_true",
+                                 default=argparse.SUPPRESS,
+                                 help="log what happens, and show the traceback of an error")
+
+
+def add_db_arguments(parser: argparse.ArgumentParser, *, queue: str | None = None,
+                     url: str | None = None, table: str = "delayed_queue") -> None:
+    """The options every database-facing subcommand shares; ``url`` is a default of the
+    command's own (the demo's), used when neither --url nor SQLDELAY_URL gives one."""
+    parser.add_argument("--url", default=None,
+                        help=f"SQLAlchemy database URL (default: ${URL_ENV}"
+                             + (f", else {url}" if url else "") + ")")
+    parser.set_defaults(url_fallback=url)
+    parser.add_argument("--table", default=table, help="queue table name")
     if queue is not None:
-        parser.add_argument("--queue", default=queue, help=f"queue name (default: {queue})")
+        parser.add_argument("--queue", default=queue, help="queue name")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return int(args.func(args) or 0)
+    logging.getLogger("sqldelay.cli").setLevel(logging.INFO)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        message = failure_message(exc, args)
+        if message is None:
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        print(f"sqldelay {args.command}: error: {message}", file=sys.stderr)
+        return 1
+
+
+def _version() -> str:
+    try:
+        return version("sqldelay")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown"
 
 
 if __name__ == "__main__":

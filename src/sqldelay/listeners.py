@@ -1,5 +1,5 @@
-"""Lifecycle listeners: hooks a Worker calls as messages move through it, for metrics, tracing
-and logs.
+"""Lifecycle listeners: hooks a Worker calls as messages move through it (and a queue calls
+as messages are offered), for metrics, tracing and logs.
 
 Subclass ``WorkerListener`` and override what you need; every method is a no-op by default.
 A listener that raises is logged and otherwise ignored: observing a worker never breaks it.
@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
-from .messages import Envelope
+from .messages import Envelope, OfferOutcome
 
 log = logging.getLogger("sqldelay.worker")
 
@@ -40,6 +40,14 @@ class WorkerListener:
         """The worker's own work failed: with ``retrying`` the database is unreachable and the
         worker backs off and tries again (it logs that itself); otherwise the worker stops and
         ``run()`` raises ``error``."""
+
+
+class QueueListener:
+    """What a queue made with ``listeners=`` calls; override what you need."""
+
+    def offered(self, queue: str, outcomes: Sequence[OfferOutcome]) -> None:
+        """An offer (or ``offer_many``) of queue ``queue`` ran, with these outcomes; in the
+        caller's transaction (``connection=``) it is not committed yet."""
 
 
 class LoggingListener(WorkerListener):

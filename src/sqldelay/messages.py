@@ -95,6 +95,7 @@ class Envelope:
     queue: DelayedQueue = field(repr=False)
     enqueued_by: str | None = None  # who offered it (queues with history, or when given)
     claimed_by: str | None = None  # who claimed it: this consumer's name, when it has one
+    trace_context: str | None = None  # the producer's trace context, stored by a traced offer
 
     @property
     def delivery(self) -> Delivery:

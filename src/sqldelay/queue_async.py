@@ -18,6 +18,7 @@ from .dialects.flow import NeedsTransaction
 from .errors import InvalidArgumentError
 from .executor_async import AsyncExecutor
 from .history import History, HistoryEvent
+from .listeners import QueueListener
 from .messages import (
     Envelope,
     FlowControl,
@@ -29,6 +30,7 @@ from .messages import (
 from .queue_base import Call, QueueBase
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
+from .tracing import ACK, CLAIM, OFFER, Tracer
 
 
 class AsyncDelayedQueue(QueueBase):
@@ -41,15 +43,19 @@ class AsyncDelayedQueue(QueueBase):
     def __init__(self, engine: AsyncEngine, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
-                 history: bool | timedelta | History | None = None) -> None:
+                 history: bool | timedelta | History | None = None,
+                 listeners: Sequence[QueueListener] = (),
+                 tracer: Tracer | None = None) -> None:
         """``history``: keep each message's events in ``<table>_history`` (True; a timedelta:
         for that long, pruned by workers; a History for more settings); the table comes from
-        ``create_schema(history=True)``."""
+        ``create_schema(history=True)``. ``listeners`` hear of offers (metrics); ``tracer``
+        makes spans of offers, claims, acks and handlers (``sqldelay.otel``)."""
         problem = engine_problem(engine, type(self).__name__)
         if problem:
             raise InvalidArgumentError(problem)
         super().__init__(engine, name, serializer=serializer, acquire_timeout=acquire_timeout,
-                         table_name=table_name, clock=clock, history=history)
+                         table_name=table_name, clock=clock, history=history,
+                         listeners=listeners, tracer=tracer)
         self.executor = AsyncExecutor(engine, self.dao)
 
     # ---- producing -----------------------------------------------------------------------
@@ -79,13 +85,16 @@ class AsyncDelayedQueue(QueueBase):
         keys, and the chunks, go in the database's lock order, so producers of overlapping
         batches cannot deadlock on each other.
         """
-        plan = self.plan_offer(messages, by)
-        if plan is None:
+        messages = list(messages)
+        if not messages:
             return []
-        outcomes = await self.executor.run(plan.op, write=True, connection=connection,
-                                           one_statement=plan.one_statement, offer=True)
+        with self.tracer.span(OFFER, self.name, len(messages)):
+            plan = self.plan_offer(messages, by)  # stores the span's context, when traced
+            outcomes = await self.executor.run(plan.op, write=True, connection=connection,
+                                               one_statement=plan.one_statement, offer=True)
         if plan.flags_groups and connection is None:
             self.groups_flagged = True  # committed (in the caller's transaction: maybe not)
+        self.events.emit("offered", self.name, outcomes)
         return outcomes
 
     # ---- consuming -----------------------------------------------------------------------
@@ -103,22 +112,28 @@ class AsyncDelayedQueue(QueueBase):
         the consumer (stored as ``claimed_by``; with history its default is this thread or
         task, host:pid:name)."""
         op = self.claim_op(limit, by)
-        try:
-            return await self.executor.run(op, write=True, connection=connection,
-                                           one_statement=self.claim_alone)
-        except NeedsTransaction:  # a queue under flow control: claimed in a transaction
-            return await self.executor.run(op, write=True, connection=connection)
+        with self.tracer.span(CLAIM, self.name, limit):
+            try:
+                return await self.executor.run(op, write=True, connection=connection,
+                                               one_statement=self.claim_alone)
+            except NeedsTransaction:  # a queue under flow control: claimed in a transaction
+                return await self.executor.run(op, write=True, connection=connection)
 
     async def ack(self, envelope: Envelope, *,
                   connection: AsyncConnection | None = None) -> bool:
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
-        return await self._run(self.ack_call(envelope), connection)
+        call = self.ack_call(envelope)
+        with self.tracer.span(ACK, self.name, 1):
+            return await self._run(call, connection)
 
     async def ack_many(self, envelopes: Sequence[Envelope], *,
                        connection: AsyncConnection | None = None) -> int:
         """Delete claimed messages, one statement per claim batch; returns how many were."""
         call = self.ack_many_call(envelopes)
-        return 0 if call is None else await self._run(call, connection)
+        if call is None:
+            return 0
+        with self.tracer.span(ACK, self.name, len(envelopes)):
+            return await self._run(call, connection)
 
     async def release(self, envelope: Envelope, *, delay: timedelta | None = None,
                       error: str | None = None,
@@ -214,6 +229,20 @@ class AsyncDelayedQueue(QueueBase):
             pruned += gone
             if gone < batch:
                 return pruned
+
+    async def stuck(self, older_than: timedelta, *, limit: int = 100,
+                    connection: AsyncConnection | None = None) -> list[QueuedMessage]:
+        """Messages in flight that were claimed more than ``older_than`` ago (the lock's
+        expiry less ``acquire_timeout``), earliest expiry first."""
+        return await self.executor.run(self.stuck_op(older_than, limit), write=False,
+                                       connection=connection, one_statement=True)
+
+    async def release_stuck(self, older_than: timedelta, *, by: str | None = None,
+                            connection: AsyncConnection | None = None) -> int:
+        """Give back, due now, every message claimed more than ``older_than`` ago whose lock
+        still holds; their holders' acks then delete nothing. Returns how many."""
+        return await self.executor.run(self.release_stuck_op(older_than, by), write=True,
+                                       connection=connection)
 
     async def next_due(self, *, connection: AsyncConnection | None = None) -> datetime | None:
         """When the earliest message (or expiring lock) falls due; None for an empty queue.

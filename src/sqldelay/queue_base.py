@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
-from .dialects.base import ROW_OVERHEAD, PayloadBudget
+from .dialects.base import ROW_OVERHEAD, PayloadBudget, chunked
 from .errors import InvalidArgumentError
 from .history import (
     EventKind,
@@ -30,6 +30,7 @@ from .history import (
     current_actor,
     process_actor,
 )
+from .listeners import Listeners, QueueListener
 from .messages import (
     Envelope,
     FlowControl,
@@ -40,6 +41,7 @@ from .messages import (
 )
 from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, history_table, queue_table
 from .serializers import JsonSerializer, Serializer, encode_payload
+from .tracing import NO_TRACING, Tracer
 
 MAX_QUEUE_NAME = 60
 _TYPE_NAME_MAX = KIND_LENGTH - MAX_QUEUE_NAME - 1
@@ -73,8 +75,18 @@ class QueueBase:
     def __init__(self, engine: Any, name: str, *, serializer: Serializer | None = None,
                  acquire_timeout: timedelta = timedelta(minutes=5),
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
-                 history: bool | timedelta | History | None = None) -> None:
+                 history: bool | timedelta | History | None = None,
+                 listeners: Sequence[QueueListener] = (),
+                 tracer: Tracer | None = None) -> None:
         check_text(name, "queue name", MAX_QUEUE_NAME)
+        if tracer is not None and not isinstance(tracer, Tracer):
+            raise InvalidArgumentError(f"tracer must be a sqldelay Tracer, got {tracer!r}")
+        self.tracer = NO_TRACING if tracer is None else tracer
+        for listener in listeners:
+            if not isinstance(listener, QueueListener):
+                raise InvalidArgumentError(
+                    f"listeners must be QueueListener instances, got {listener!r}")
+        self.events = Listeners(listeners)
         self.serializer = serializer if serializer is not None else JsonSerializer()
         check_text(getattr(self.serializer, "type_name", None), "serializer.type_name",
                    _TYPE_NAME_MAX)
@@ -136,6 +148,7 @@ class QueueBase:
         planned = _chunks(rounds, rows, dao.offer_chunk, static.statement)
 
         flag = not self.groups_flagged and any(row.group is not None for row in rows)
+        trace = self.tracer.context()
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
             if flag:  # from now on claims of this queue take the group-aware path
@@ -149,12 +162,16 @@ class QueueBase:
                 results = dao.offer(conn, self.pkind, [rows[i] for i in part], now, actor)
                 for i, outcome in zip(part, results, strict=True):
                     outcomes[i] = outcome
+                if trace is not None:  # the producer's context, on what this offer wrote
+                    changed = [rows[i].key for i, outcome in zip(part, results, strict=True)
+                               if outcome is not OfferOutcome.IGNORED]
+                    dao.store_trace_context(conn, self.pkind, changed, trace)
                 if self.recorder is not None:  # the chunk's events, one statement
                     self.recorder.write(conn, self._offer_events(
                         [rows[i] for i in part], results, now, actor))
             return outcomes
 
-        one = (not flag and self.recorder is None and len(planned) == 1
+        one = (not flag and self.recorder is None and trace is None and len(planned) == 1
                and dao.offer_is_one_statement([rows[i] for i in planned[0]]))
         return OfferPlan(op, one, flag)
 
@@ -223,7 +240,7 @@ class QueueBase:
             scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
             attempt=row.deliveries, locked_until=from_ms(until), priority=row.priority,
             group=row.group, row_id=row.id, lock=lock, queue=self,
-            enqueued_by=row.enqueued_by, claimed_by=actor)
+            enqueued_by=row.enqueued_by, claimed_by=actor, trace_context=row.trace_context)
 
     def check_own(self, envelope: Envelope) -> None:
         """Refuse an envelope that another queue claimed."""
@@ -433,6 +450,53 @@ class QueueBase:
                     for k in keys])
                 cleared += len(keys)
             return cleared
+
+        return op
+
+    def _stuck_where(self, older_than: timedelta, now: int) -> list[sa.ColumnElement[bool]]:
+        """In flight, and claimed more than ``older_than`` ago: the claim time is the lock's
+        expiry less ``acquire_timeout`` (a lock renewed since counts from its renewal)."""
+        age = duration_ms(older_than, "older_than")
+        t = self.dao.table
+        return [t.c.pkind == self.pkind, t.c.lock_uuid.is_not(None), t.c.scheduled_at > now,
+                t.c.scheduled_at <= now - age + self._acquire_ms]
+
+    def stuck_op(self, older_than: timedelta, limit: int) -> Op:
+        """Up to ``limit`` messages held longer than ``older_than``, by lock expiry."""
+        check_positive_int(limit, "limit")
+        now = self.now_ms()
+        t = self.dao.table
+        stmt = (sa.select(t).where(*self._stuck_where(older_than, now))
+                .order_by(t.c.scheduled_at, t.c.id).limit(limit))
+        return lambda conn: [queued_message(r, self.serializer, now)
+                             for r in conn.execute(stmt)]
+
+    def release_stuck_op(self, older_than: timedelta, by: str | None = None) -> Op:
+        """Give back, due now, every message held longer than ``older_than`` (a consumer that
+        hangs, or one that died holding a long lock); their holders' acks then fail.
+        Returns how many went back."""
+        check_actor(by)
+        now = self.now_ms()
+        where = self._stuck_where(older_than, now)
+        t, dao = self.dao.table, self.dao
+        actor = by or current_actor()
+
+        def op(conn: sa.Connection) -> int:
+            rows = conn.execute(dao.lock_rows(
+                sa.select(t.c.id, t.c.pkey, t.c.lock_uuid, t.c.group_key, t.c.deliveries)
+                .where(*where), t, skip=False)).all()
+            for chunk in chunked([r.id for r in rows], dao.in_list_max):
+                conn.execute(sa.update(t).where(t.c.id.in_(chunk))
+                             .values(lock_uuid=None, scheduled_at=now))
+            for r in rows:
+                if r.group_key is not None:
+                    dao.free_groups(conn, self.pkind, r.lock_uuid, [r.group_key])
+            if self.recorder is not None:
+                self.recorder.write(conn, [self.recorder.event(
+                    self.pkind, EventKind.RELEASED, r.pkey, now, actor=actor,
+                    attempt=r.deliveries, detail="stuck: released by an operator")
+                    for r in rows])
+            return len(rows)
 
         return op
 

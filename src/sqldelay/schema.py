@@ -25,6 +25,7 @@ LOCK_LENGTH = 36
 ERROR_LENGTH = 2000  # characters of the last error kept with a dead letter
 ACTOR_LENGTH = 200  # who offered or claimed a message: a name, or host:pid[:thread]
 EVENT_KIND_LENGTH = 20
+TRACE_LENGTH = 512  # a W3C traceparent (55 characters) with room for what may follow it
 
 
 class QueueId(sa.BigInteger):
@@ -78,7 +79,7 @@ def _payload_default(type_, compiler, **kw):
 
 
 # the schema version this code reads and writes: the newest migration's revision
-SCHEMA_VERSION = "0005"
+SCHEMA_VERSION = "0006"
 
 
 class _Column(NamedTuple):
@@ -199,6 +200,9 @@ QUEUE = _TableSpec("", "0001", (
     # keep history (or when given), empty otherwise
     _Column("0005", lambda: sa.Column("enqueued_by", QueueKey(ACTOR_LENGTH), nullable=True)),
     _Column("0005", lambda: sa.Column("claimed_by", QueueKey(ACTOR_LENGTH), nullable=True)),
+    # the producer's trace context (W3C traceparent), stored by traced offers, so the span
+    # that handles the message days later links to the request that scheduled it
+    _Column("0006", lambda: sa.Column("trace_context", sa.String(TRACE_LENGTH), nullable=True)),
 ), (
     _Index("_kind_key_uq", ("pkind", "pkey"), unique=True),
     # the earliest due time (next_due, stats); id makes equal due times first-in first-out

@@ -11,12 +11,14 @@ made for the run and printed once; a public address without a token is refused.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import os
 import secrets
 import sys
 from pathlib import Path
+
+from .cli_support import CliError, database
+from .engines import create_async_engine
 
 TOKEN_ENV = "SQLDELAY_TOKEN"
 READ_ONLY_TOKEN_ENV = "SQLDELAY_READ_ONLY_TOKEN"
@@ -41,6 +43,9 @@ def register(sub) -> None:
                         f"(default: ${READ_ONLY_TOKEN_ENV})")
     p.add_argument("--max-body", type=int, default=None,
                    help="largest request body in bytes (default 1 MiB)")
+    p.add_argument("--history", action="store_true",
+                   help="record the events of what the service offers, drops and requeues "
+                        "(needs the history table: sqldelay migrate --history)")
     p.set_defaults(func=run)
 
 
@@ -50,30 +55,33 @@ def run(args: argparse.Namespace) -> int:
 
         from .web import create_app
         from .web.app import MAX_BODY
+        from .web.auth import Tokens
     except ModuleNotFoundError as exc:
-        raise SystemExit(f"sqldelay serve needs the web extra ({exc.name} is missing): "
-                         "pip install 'sqldelay[web]'") from None
-    from .engines import create_async_engine
-
+        raise CliError(f"it needs the web extra ({exc.name} is missing): "
+                       "pip install 'sqldelay[web]'") from None
     token = _token(args.token_file, TOKEN_ENV, "--token-file")
     read_only = _token(args.read_only_token_file, READ_ONLY_TOKEN_ENV, "--read-only-token-file")
     if token is None:
         if not is_loopback(args.host):
-            raise SystemExit(f"sqldelay serve: refusing to bind {args.host} without a token; "
-                             f"give --token-file or ${TOKEN_ENV}")
+            raise CliError(f"refusing to bind {args.host} without a token; give --token-file "
+                           f"or ${TOKEN_ENV}")
         token = secrets.token_urlsafe(32)
         print(f"sqldelay serve: no token given; this run's token is {token}", file=sys.stderr)
+    try:
+        Tokens(token, read_only)  # checked before the database is reached
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if not 0 < args.port < 65536:
-        raise SystemExit(f"sqldelay serve: --port must be from 1 to 65535, got {args.port}")
-    engine = create_async_engine(args.url)
+        raise CliError(f"--port must be from 1 to 65535, got {args.port}")
+    with database(args):  # reached once, the queue table there: one-line errors otherwise
+        pass
+    engine = create_async_engine(args.resolved_url)
     try:
         app = create_app(engine, token=token, read_only_token=read_only,
-                         table_name=args.table, max_body=args.max_body or MAX_BODY)
+                         table_name=args.table, max_body=args.max_body or MAX_BODY,
+                         history=args.history or None)
     except (TypeError, ValueError) as exc:
-        raise SystemExit(f"sqldelay serve: {exc}") from None
-    problem = asyncio.run(_database_problem(app))
-    if problem:
-        raise SystemExit(f"sqldelay serve: {problem}")
+        raise CliError(str(exc)) from None
     print(f"sqldelay serve: http://{_url_host(args.host)}:{args.port}/ "
           f"(API under /v1, OpenAPI at /v1/openapi.json)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port,
@@ -95,25 +103,12 @@ def _token(path: Path | None, env: str, option: str) -> str | None:
         try:
             text = path.read_text().strip()
         except OSError as exc:
-            raise SystemExit(f"sqldelay serve: cannot read {option} {path}: "
-                             f"{exc.strerror}") from None
+            raise CliError(f"cannot read {option} {path}: {exc.strerror}") from None
         if not text:
-            raise SystemExit(f"sqldelay serve: {option} {path} is empty")
+            raise CliError(f"{option} {path} is empty")
         return text
     value = os.environ.get(env, "").strip()
     return value or None
-
-
-async def _database_problem(app) -> str | None:
-    """Why the service could not work (the database unreachable, no queue table), or None."""
-    service = app.state.service
-    try:
-        await service.dead.count()
-    except Exception as exc:  # reported as one line; -v shows uvicorn's own logs
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    finally:
-        await service.engine.dispose()
-    return None
 
 
 def _url_host(host: str) -> str:

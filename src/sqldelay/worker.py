@@ -280,7 +280,8 @@ class Worker(WorkerBase):
         self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
-            self._handlers.call(self.handler, envelope)
+            with envelope.queue.tracer.process(envelope):
+                self._handlers.call(self.handler, envelope)
         except Exception as exc:
             try:
                 self._patiently(partial(self._fail, envelope, exc, None),
@@ -398,8 +399,10 @@ class Worker(WorkerBase):
                 self._events.emit("started", envelope)
                 began = time.perf_counter()
                 try:
-                    with conn.begin_nested():
-                        self._handlers.call_with_connection(self.handler, envelope, conn)
+                    with envelope.queue.tracer.process(envelope):
+                        with conn.begin_nested():
+                            self._handlers.call_with_connection(self.handler, envelope,
+                                                                conn)
                 except Exception as exc:
                     try:
                         self._fail(envelope, exc, conn)

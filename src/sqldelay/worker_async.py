@@ -278,7 +278,8 @@ class AsyncWorker(WorkerBase):
         self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
-            await self._handlers.call(self.handler, envelope)
+            with envelope.queue.tracer.process(envelope):
+                await self._handlers.call(self.handler, envelope)
         except Exception as exc:
             try:
                 await self._patiently(partial(self._fail, envelope, exc, None),
@@ -396,8 +397,10 @@ class AsyncWorker(WorkerBase):
                 self._events.emit("started", envelope)
                 began = time.perf_counter()
                 try:
-                    async with conn.begin_nested():
-                        await self._handlers.call_with_connection(self.handler, envelope, conn)
+                    with envelope.queue.tracer.process(envelope):
+                        async with conn.begin_nested():
+                            await self._handlers.call_with_connection(self.handler, envelope,
+                                                                      conn)
                 except Exception as exc:
                     try:
                         await self._fail(envelope, exc, conn)

@@ -10,24 +10,40 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import inspect
+import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 
+from .cli_support import (
+    SERIALIZERS,
+    CliError,
+    database_url,
+    open_engine,
+    print_json,
+    print_table,
+    shown,
+)
 from .dead_letters import DeadLetters
-from .engines import create_async_engine, create_engine, is_async_url
+from .dead_letters_base import DeadLetter
+from .engines import create_async_engine, is_async_url
+from .inspection import Inspector
+from .inspection_async import AsyncInspector
+from .listeners import LoggingListener, WorkerListener
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
 from .retry import RetryPolicy
-from .serializers import BytesSerializer, JsonSerializer, StrSerializer
 from .worker import Worker
 from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
 
-SERIALIZERS = {"json": JsonSerializer, "bytes": BytesSerializer, "str": StrSerializer}
+log = logging.getLogger("sqldelay.cli")
+METRICS_TOKEN_ENV = "SQLDELAY_METRICS_TOKEN"
 
 
 def register(sub) -> None:
@@ -47,31 +63,41 @@ def register(sub) -> None:
                    type=_queue_limit,
                    help="at most N messages of queue NAME handled at once by this worker")
     p.add_argument("--serializer", choices=sorted(SERIALIZERS), default="json",
-                   help="payload format of the queues (default json)")
-    p.add_argument("--concurrency", type=int, default=1, help="handler threads (default 1)")
+                   help="payload format of the queues")
+    p.add_argument("--concurrency", type=int, default=1, help="handler threads")
     p.add_argument("--batch-size", type=int, default=None,
                    help="messages per claim (default: the concurrency)")
     p.add_argument("--transactional", action="store_true",
                    help="claim, handler and ack in one transaction; the handler is called as "
                         "handler(envelope, connection)")
     p.add_argument("--max-attempts", type=int, default=10,
-                   help="attempts before a message becomes a dead letter (default 10)")
+                   help="attempts before a message becomes a dead letter")
     p.add_argument("--retry-delay", type=_seconds, default=timedelta(seconds=1),
-                   help="seconds before the first retry (default 1)")
+                   help="seconds before the first retry")
     p.add_argument("--retry-factor", type=float, default=2.0,
-                   help="each retry waits this many times longer (default 2; 1 = fixed)")
+                   help="each retry waits this many times longer (1: a fixed delay)")
     p.add_argument("--retry-max-delay", type=_seconds, default=timedelta(hours=1),
-                   help="longest wait between attempts, in seconds (default 3600)")
+                   help="longest wait between attempts, in seconds")
     p.add_argument("--acquire-timeout", type=_seconds, default=timedelta(minutes=5),
-                   help="seconds a claimed message stays locked (default 300)")
+                   help="seconds a claimed message stays locked")
     p.add_argument("--heartbeat", type=_seconds, default=None,
                    help="renew the locks of running messages every this many seconds")
     p.add_argument("--idle-poll", type=_seconds, default=timedelta(seconds=1),
-                   help="longest sleep when nothing is due, in seconds (default 1)")
+                   help="longest sleep when nothing is due, in seconds")
     p.add_argument("--grace", type=_seconds, default=timedelta(seconds=30),
-                   help="seconds running handlers get to finish on shutdown (default 30)")
+                   help="seconds running handlers get to finish on shutdown")
     p.add_argument("--drain", action="store_true",
                    help="exit once nothing is due instead of waiting for more")
+    p.add_argument("--otel", action="store_true",
+                   help="OpenTelemetry spans of claims, handlers and acks, from the global "
+                        "tracer provider (needs sqldelay[otel]; configure the SDK yourself, "
+                        "e.g. with opentelemetry-instrument)")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (needs "
+                        "sqldelay[prometheus])")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help=f"address for the metrics; another than loopback needs a token in "
+                        f"${METRICS_TOKEN_ENV}, which scrapers send as a bearer token")
     p.set_defaults(func=run_worker)
 
     d = sub.add_parser("dead-letters", help="list, requeue or drop dead letters")
@@ -79,11 +105,14 @@ def register(sub) -> None:
     for name, helptext in (("list", "show dead letters, oldest first"),
                            ("requeue", "put dead letters back in their queues, due now"),
                            ("drop", "delete dead letters for good")):
-        a = actions.add_parser(name, help=helptext)
+        a = actions.add_parser(name, help=helptext, description=helptext)
         add_db_arguments(a)
         a.add_argument("--queue", default=None, help="only this queue's dead letters")
         if name == "list":
-            a.add_argument("--limit", type=int, default=100, help="at most this many (100)")
+            a.add_argument("--limit", type=int, default=100, help="at most this many")
+            a.add_argument("--full", action="store_true",
+                           help="the whole last error and payload, one letter after another")
+            a.add_argument("--json", action="store_true", help="print JSON, for scripts")
         else:
             a.add_argument("ids", nargs="*", type=int, help="dead-letter ids")
             a.add_argument("--all", action="store_true",
@@ -112,32 +141,52 @@ def load_handler(spec: str) -> Callable:
     """Import ``package.module:function``, looking in the current directory too."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"handler must look like package.module:function, got {spec!r}")
+        raise CliError(f"handler must look like package.module:function, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         target = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SystemExit(f"cannot import {module_name!r} for the handler: {exc}") from None
+        raise CliError(f"cannot import {module_name!r} for the handler: {exc}") from None
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise SystemExit(f"{module_name!r} has no {attr!r}") from None
+            raise CliError(f"{module_name!r} has no {attr!r}") from None
     if not callable(target):
-        raise SystemExit(f"{spec} is not callable")
+        raise CliError(f"{spec} is not callable")
     return target
+
+
+class _Counts(WorkerListener):
+    """What the stop line reports."""
+
+    def __init__(self) -> None:
+        self.ok = self.retried = self.buried = 0
+        self._lock = threading.Lock()
+
+    def succeeded(self, envelope, elapsed) -> None:
+        with self._lock:
+            self.ok += 1
+
+    def failed(self, envelope, error, retry_in) -> None:
+        with self._lock:
+            self.retried += 1
+
+    def dead_lettered(self, envelope, error) -> None:
+        with self._lock:
+            self.buried += 1
 
 
 def run_worker(args: argparse.Namespace) -> int:
     handler = load_handler(args.handler)
     if args.retry_factor < 1:
-        raise SystemExit("--retry-factor must be at least 1")
+        raise CliError("--retry-factor must be at least 1")
     retry = RetryPolicy.exponential(args.retry_delay, args.retry_factor,
                                     max_delay=args.retry_max_delay,
                                     max_attempts=args.max_attempts)
     queue_settings = {"table_name": args.table, "serializer": SERIALIZERS[args.serializer](),
-                      "acquire_timeout": args.acquire_timeout}
+                      "acquire_timeout": args.acquire_timeout, "tracer": _tracer(args)}
     names = args.queues or ["default"]
     settings = {"concurrency": args.concurrency, "batch_size": args.batch_size, "retry": retry,
                 "limits": dict(args.queue_limit),
@@ -145,52 +194,144 @@ def run_worker(args: argparse.Namespace) -> int:
                 else ProcessingMode.AT_LEAST_ONCE,
                 "idle_poll": args.idle_poll, "grace_period": args.grace,
                 "heartbeat": args.heartbeat}
-    if inspect.iscoroutinefunction(handler) or is_async_url(args.url):
+    url = database_url(args)
+    if inspect.iscoroutinefunction(handler) or is_async_url(url):
         # an async def handler, or an async driver in the URL: the asyncio worker
+        args.resolved_url = url
         return asyncio.run(_run_async_worker(args, names, handler, queue_settings, settings))
-    engine = create_engine(args.url)
+    engine = open_engine(args)
+    metrics = None
     try:
         queues = {n: DelayedQueue(engine, n, **queue_settings) for n in names}
-        worker = Worker(queues, handler, **settings)
-        if args.drain:
-            print(f"handled {worker.drain()} message(s)")
-        else:
-            worker.run()
+        counts = _Counts()
+        listeners = [LoggingListener(), counts]
+        metrics = _metrics(args, Inspector(engine, table_name=args.table).queues, listeners)
+        worker = Worker(queues, handler, listeners=listeners, **settings)
+        _started(args, worker)
+        try:
+            if args.drain:
+                handled = worker.drain()
+                print(f"handled {handled} message(s)")
+                _left(args, [q.stats() for q in queues.values()])
+            else:
+                worker.run()
+        finally:
+            _stopped(counts)
     finally:
+        if metrics is not None:
+            metrics.shutdown()
         engine.dispose()
     return 0
 
 
+def _tracer(args: argparse.Namespace):
+    if not args.otel:
+        return None
+    try:
+        from .otel import OpenTelemetryTracer
+    except ModuleNotFoundError as exc:
+        raise CliError(f"--otel needs {exc.name}: pip install 'sqldelay[otel]'") from None
+    return OpenTelemetryTracer()
+
+
+def _metrics(args: argparse.Namespace, read: Callable, listeners: list):
+    """With --metrics-port: a Prometheus listener added to ``listeners``, the queues' depth
+    read by ``read`` when scraped, served over HTTP; returns the server (None without)."""
+    if args.metrics_port is None:
+        return None
+    try:
+        from .prometheus import PrometheusListener, QueueDepthCollector, serve
+    except ModuleNotFoundError as exc:
+        raise CliError(f"--metrics-port needs {exc.name}: pip install "
+                       "'sqldelay[prometheus]'") from None
+    listener = PrometheusListener()
+    listener.registry.register(QueueDepthCollector(read))
+    try:
+        server = serve(listener.registry, args.metrics_port, args.metrics_host,
+                       os.environ.get(METRICS_TOKEN_ENV) or None)
+    except OSError as exc:
+        raise CliError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
+                       f"{exc.strerror or exc}") from None
+    listeners.append(listener)
+    log.info("metrics at http://%s:%d/metrics", args.metrics_host, args.metrics_port)
+    return server
+
+
 async def _run_async_worker(args: argparse.Namespace, names: list[str], handler: Callable,
                             queue_settings: dict, settings: dict) -> int:
-    engine = create_async_engine(args.url)
+    engine = create_async_engine(args.resolved_url)
+    metrics = None
     try:
         queues = {n: AsyncDelayedQueue(engine, n, **queue_settings) for n in names}
-        worker = AsyncWorker(queues, handler, **settings)
-        if args.drain:
-            print(f"handled {await worker.drain()} message(s)")
-        else:
-            await worker.run()
+        counts = _Counts()
+        listeners = [LoggingListener(), counts]
+        inspector = AsyncInspector(engine, table_name=args.table)
+        loop = asyncio.get_running_loop()
+
+        def read():  # from the metrics server's thread, on this loop
+            return asyncio.run_coroutine_threadsafe(inspector.queues(), loop).result(60)
+
+        metrics = _metrics(args, read, listeners)
+        worker = AsyncWorker(queues, handler, listeners=listeners, **settings)
+        _started(args, worker)
+        try:
+            if args.drain:
+                print(f"handled {await worker.drain()} message(s)")
+                _left(args, [await q.stats() for q in queues.values()])
+            else:
+                await worker.run()
+        finally:
+            _stopped(counts)
     finally:
+        if metrics is not None:
+            metrics.shutdown()
         await engine.dispose()
     return 0
 
 
+def _started(args: argparse.Namespace, worker) -> None:
+    queues = list(worker.queues.values())
+    if worker.wake_ups and any(q.dao.notifications for q in queues):
+        wake = f"woken by notifications, else every {worker.idle_poll.total_seconds():g}s"
+    else:
+        wake = f"polling at least every {worker.idle_poll.total_seconds():g}s"
+    log.info("worker started on %s, table %s, queue(s) %s, concurrency %d, %s",
+             shown(args.resolved_url), args.table, ", ".join(worker.queues), worker.concurrency,
+             wake)
+
+
+def _stopped(counts: _Counts) -> None:
+    log.info("worker stopped: %d handled, %d failed and retried later, %d dead-lettered",
+             counts.ok, counts.retried, counts.buried)
+
+
+def _left(args: argparse.Namespace, stats) -> None:
+    """After a drain: what it leaves for later (retries not yet due, scheduled messages)."""
+    later = sum(s.scheduled for s in stats)
+    held = sum(s.in_flight for s in stats)
+    if later or held:
+        print(f"left {later} message(s) scheduled for later"
+              + (f" and {held} in flight elsewhere" if held else "")
+              + " (sqldelay peek --scheduled shows them)")
+
+
 def run_dead_letters(args: argparse.Namespace) -> int:
-    engine = create_engine(args.url)
+    engine = open_engine(args)
     try:
         letters = DeadLetters(engine, table_name=args.table)
         if args.action == "list":
-            for dl in letters.list(args.queue, limit=args.limit):
-                error = dl.last_error.splitlines()[0] if dl.last_error else ""
-                print(f"{dl.id}\t{dl.queue}\t{dl.key}\tattempts={dl.attempts}\t"
-                      f"failed_at={dl.failed_at.isoformat()}\t{error}")
+            _list_dead_letters(letters.list(args.queue, limit=args.limit), args)
             return 0
         if args.all == bool(args.ids):
-            raise SystemExit("give dead-letter ids or --all, not both or neither")
+            raise CliError("give dead-letter ids or --all, not both or neither")
         if args.ids and args.queue:
-            raise SystemExit("--queue filters --all; with ids, give the ids alone")
-        ids = letters.ids(args.queue) if args.all else args.ids
+            raise CliError("--queue filters --all; with ids, give the ids alone")
+        known = letters.ids(args.queue)
+        unknown = sorted(set(args.ids) - set(known))
+        if unknown:  # before anything changes
+            raise CliError("no dead letter with id " + ", ".join(map(str, unknown))
+                           + f" in {args.table}_dead: nothing changed")
+        ids = known if args.all else args.ids
         if args.action == "requeue":
             print(f"requeued {letters.requeue(ids)} dead letter(s)")
         else:
@@ -198,3 +339,22 @@ def run_dead_letters(args: argparse.Namespace) -> int:
         return 0
     finally:
         engine.dispose()
+
+
+def _list_dead_letters(found: list[DeadLetter], args: argparse.Namespace) -> None:
+    if args.json:
+        print_json([dataclasses.asdict(dl) for dl in found])
+    elif args.full:
+        for dl in found:
+            print(f"--- dead letter {dl.id}: {dl.queue} {dl.key}, {dl.attempts} attempt(s), "
+                  f"failed at {dl.failed_at.isoformat()}\npayload: "
+                  f"{dl.payload.decode('utf-8', 'replace')}\n{dl.last_error}")
+    else:
+        print_table(f"dead letters in {args.table}_dead", [
+            "id", "queue", "key", "attempts", "failed at (UTC)", "last error", "payload"],
+            [[dl.id, dl.queue, dl.key, dl.attempts, dl.failed_at,
+              (dl.last_error.strip().splitlines() or [""])[-1][:80],
+              dl.payload.decode("utf-8", "replace")[:60]] for dl in found],
+            right=("id", "attempts"))
+        if not found:
+            print("no dead letters" + (f" of queue {args.queue!r}" if args.queue else ""))

@@ -8,7 +8,14 @@ from datetime import timedelta
 
 import pytest
 
-from sqldelay import InvalidArgumentError, QueuedMessage, StrSerializer
+from sqldelay import (
+    InvalidArgumentError,
+    Message,
+    OfferOutcome,
+    QueuedMessage,
+    StrSerializer,
+)
+from sqldelay.listeners import QueueListener
 
 from ..conftest import unique_name
 
@@ -91,6 +98,17 @@ def test_peek_by_state_with_prefix_and_pages(front, make_queue, table_name, cloc
     assert env.key not in {m.key for m in inspector.peek(q.name, "due", limit=100).messages}
     assert inspector.peek(unique_name("nothing"), "due").messages == []
 
+    q.offer("future2", {"n": "f2"}, start + MIN)  # beside "future", at the same due time
+    first = inspector.peek(q.name, "scheduled", limit=1)
+    assert [m.key for m in first.messages] == ["future"]
+    assert [m.key for m in inspector.peek(q.name, "scheduled", limit=1,
+                                          after=first.next_after).messages] == ["future2"]
+    clock.advance(2 * MIN)  # both fell due: the next page of scheduled ones is empty
+    late = front.inspector(table_name=table_name, clock=clock)
+    assert late.peek(q.name, "scheduled", after=first.next_after).messages == []
+    assert [m.key for m in late.peek(q.name, "due", limit=100, key_prefix="future").messages] \
+        == ["future", "future2"]
+
 
 @pytest.mark.parametrize("kwargs, problem", [
     ({"state": "late"}, "state must be one of due, in_flight, scheduled"),
@@ -101,3 +119,34 @@ def test_peek_refuses_bad_input(front, table_name, kwargs, problem):
     inspector = front.inspector(table_name=table_name)
     with pytest.raises(InvalidArgumentError, match=problem):
         inspector.peek("q", **kwargs)
+
+
+def test_stuck_messages_are_found_and_given_back(make_queue, clock):
+    q = make_queue(acquire_timeout=timedelta(hours=1))
+    q.offer_many([Message("early", 1), Message("late", 2)])
+    early = q.poll()
+    clock.advance(40 * MIN)
+    late = q.poll()
+    assert (early.key, late.key) == ("early", "late")
+
+    assert [m.key for m in q.stuck(30 * MIN)] == ["early"]  # held 40 minutes; late just now
+    assert q.release_stuck(30 * MIN) == 1
+    assert not q.get("early").in_flight and q.get("late").in_flight
+    assert not early.ack()  # its holder lost it
+    assert late.ack()
+    assert q.stuck(timedelta(0)) == [] and q.release_stuck(timedelta(0)) == 0
+
+
+def test_queue_listeners_hear_offers_on_both_fronts(make_queue):
+    heard = []
+
+    class Recorder(QueueListener):
+        def offered(self, queue, outcomes):
+            heard.append((queue, list(outcomes)))
+
+    q = make_queue(listeners=[Recorder()])
+    q.offer_many([Message("a", 1), Message("b", 2)])
+    q.offer("a", 1, q.get("a").scheduled_at)
+    assert heard == [(q.name, [OfferOutcome.CREATED] * 2), (q.name, [OfferOutcome.IGNORED])]
+    with pytest.raises(InvalidArgumentError, match="QueueListener"):
+        make_queue(listeners=[object()])

@@ -145,7 +145,8 @@ def test_an_upgrade_from_the_0002_schema_keeps_every_message_and_its_state(backe
         held = queue.get("held")
         assert held.in_flight and held.deliveries == 1 and held.priority == 0
         [env] = queue.poll_many(10)  # only the due one: the held one keeps its lock
-        assert (env.key, env.payload, env.priority, env.group) == ("due", {"v": 1}, 0, None)
+        assert (env.key, env.payload, env.priority, env.group, env.trace_context) == \
+            ("due", {"v": 1}, 0, None, None)
         [dead] = DeadLetters(engine, table_name=name).list()
         assert (dead.key, dead.attempts, dead.last_error, dead.priority) == \
             ("gave-up", 3, "boom", 0)

@@ -155,7 +155,7 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         op(conn)
         out.extend((f"{label} {i}", stmt, params) for i, (stmt, params) in enumerate(conn.executed))
 
-    claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1", None, None, None)
+    claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1", None, None, None, None)
     # making group rows: PostgreSQL (ON CONFLICT) and MySQL (INSERT IGNORE) in one statement,
     # the others read, then insert
     absent = [[]] if dao.name in ("postgresql", "mysql", "mariadb") else [[], []]

@@ -28,11 +28,12 @@ DIALECTS = {
     "sqlite": ("sqlite://", "sqlite"),
 }
 KIND = "emails|json"
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 ROWS = [OfferRow("new", b"{}", 1000, True), OfferRow("changed", b"[1]", 2000, True),
         OfferRow("kept", b"[2]", 3000, False)]
 # id, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries, priority,
 # group_key
-CLAIMED = (7, "k", b"{}", 10, 10, 5, 0, 0, None, None, None, None)
+CLAIMED = (7, "k", b"{}", 10, 10, 5, 0, 0, None, None, None, None, None)
 
 
 def emitted(name: str) -> list[tuple[str, str]]:
@@ -58,6 +59,7 @@ def emitted(name: str) -> list[tuple[str, str]]:
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
+    record("trace context", lambda c: dao.store_trace_context(c, KIND, ["b", "a"], TRACE))
     out.extend((label, render(stmt, params, dialect))
                for label, stmt, params in flow_recordings(dao, dialect, KIND))
     for label, stmt in [

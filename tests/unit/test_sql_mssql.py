@@ -54,7 +54,8 @@ def test_schema_ddl(dao):
         "priority INTEGER NOT NULL DEFAULT 0, "
         "group_key NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, "
         "enqueued_by NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, "
-        "claimed_by NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, PRIMARY KEY (id) )",
+        "claimed_by NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL, "
+        "trace_context VARCHAR(512) NULL, PRIMARY KEY (id) )",
         "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
         "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key, priority DESC, "
         "scheduled_at_initially, id)",
@@ -124,9 +125,9 @@ def test_a_full_offer_chunk_is_one_insert_statement_under_the_parameter_limit(da
 def test_claim_is_one_statement_with_table_hints(dao):
     # OUTPUT rows: id, key, payload, due, initially, created, attempt, priority, group,
     # enqueued_by, the lock and holder before the claim
-    claimed = [(7, "b", b"pb", 30, 30, 1, 1, 0, None, None, None, None),
+    claimed = [(7, "b", b"pb", 30, 30, 1, 1, 0, None, None, None, None, None),
                (3, "a", b"pa", 20, 20, 1, 2, 0, None, "shop", "old-lock", "w1"),
-               (5, "c", b"pc", 40, 40, 1, 1, 9, None, None, None, None)]
+               (5, "c", b"pc", 40, 40, 1, 1, 9, None, None, None, None, None)]
     conn = RecordingConnection(DIALECT, results=[claimed])
     rows = dao.claim(conn, "q|json", 100, 3, "lock-1", 400)
     assert [(r.id, r.key, r.payload, r.due_ms, r.deliveries) for r in rows] == [
@@ -141,7 +142,7 @@ def test_claim_is_one_statement_with_table_hints(dao):
     assert statements == [
         "WITH picked AS (SELECT TOP (:limit) id, pkey, payload, scheduled_at, "
         "scheduled_at_initially, created_at, deliveries, lock_uuid, priority, group_key, "
-        "enqueued_by, claimed_by "
+        "enqueued_by, claimed_by, trace_context "
         "FROM dq WITH (ROWLOCK, UPDLOCK, READPAST) "
         "WHERE pkind = :b_kind AND scheduled_at <= :b_now AND NOT (EXISTS (SELECT * "
         "FROM dq_settings WHERE dq_settings.pkind = :b_kind AND (dq_settings.paused != 0 OR "
@@ -152,7 +153,7 @@ def test_claim_is_one_statement_with_table_hints(dao):
         "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
         "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries, "
         "inserted.priority, inserted.group_key, inserted.enqueued_by, deleted.lock_uuid, "
-        "deleted.claimed_by"]
+        "deleted.claimed_by, inserted.trace_context"]
     assert_tsql(statements)
 
 
@@ -193,6 +194,7 @@ def test_reads_and_small_writes(dao):
                  dao.select_stats("q|json", 50), dao.select_stats_by_kind(50),
                  dao.select_page("q|json", "scheduled", 50, 10, "a_b", (40, 7))):
         conn.execute(stmt)
+    dao.store_trace_context(conn, "q|json", ["k"], "00-0af7651916cd43dd-b7ad6b71-01")
     statements = sent(conn)
     assert statements[:7] == [
         "DELETE FROM dq WHERE dq.id = :id AND dq.lock_uuid = :lock",
@@ -202,7 +204,7 @@ def test_reads_and_small_writes(dao):
         "AND dq.lock_uuid = :lock_uuid_1",
         "SELECT dq.id, dq.pkind, dq.pkey, dq.payload, dq.scheduled_at, "
         "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries, dq.priority, "
-        "dq.group_key, dq.enqueued_by, dq.claimed_by FROM dq "
+        "dq.group_key, dq.enqueued_by, dq.claimed_by, dq.trace_context FROM dq "
         "WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "SELECT :param_1 AS anon_1 FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "DELETE FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",

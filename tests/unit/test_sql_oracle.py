@@ -51,7 +51,8 @@ def test_schema_ddl(dao):
         "scheduled_at_initially NUMBER(19) NOT NULL, lock_uuid VARCHAR2(36 CHAR), "
         "created_at NUMBER(19) NOT NULL, deliveries INTEGER NOT NULL, "
         "priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR2(200 CHAR), "
-        "enqueued_by VARCHAR2(200 CHAR), claimed_by VARCHAR2(200 CHAR), PRIMARY KEY (id) )",
+        "enqueued_by VARCHAR2(200 CHAR), claimed_by VARCHAR2(200 CHAR), "
+        "trace_context VARCHAR2(512 CHAR), PRIMARY KEY (id) )",
         "CREATE INDEX dq_kind_due_ix ON dq (pkind, scheduled_at, id)",
         "CREATE INDEX dq_kind_group_ix ON dq (pkind, group_key, priority DESC, "
         "scheduled_at_initially, id)",
@@ -113,9 +114,9 @@ def test_a_full_offer_chunk_stays_under_the_in_list_limit(dao):
 
 
 def test_claim_reads_an_unlimited_locking_cursor_fetching_only_the_limit(dao):
-    due = [(3, "a", b"pa", 20, 20, 1, 1, 0, None, None, None, None),
-           (7, "b", b"pb", 30, 30, 1, 0, 0, None, None, None, None),
-           (9, "c", b"pc", 40, 40, 1, 0, 0, None, None, None, None)]
+    due = [(3, "a", b"pa", 20, 20, 1, 1, 0, None, None, None, None, None),
+           (7, "b", b"pb", 30, 30, 1, 0, 0, None, None, None, None, None),
+           (9, "c", b"pc", 40, 40, 1, 0, 0, None, None, None, None, None)]
     conn = RecordingConnection(DIALECT, results=[due])
     rows = dao.claim(conn, "q|json", 100, 2, "lock-1", 400)
     assert [(r.id, r.key, r.payload, r.due_ms, r.deliveries) for r in rows] == [
@@ -126,7 +127,7 @@ def test_claim_reads_an_unlimited_locking_cursor_fetching_only_the_limit(dao):
     assert " ".join(call.sql.split()) == (
         "SELECT dq.id, dq.pkey, dq.payload, dq.scheduled_at, dq.scheduled_at_initially, "
         "dq.created_at, dq.deliveries, dq.priority, dq.group_key, dq.enqueued_by, "
-        "dq.lock_uuid, dq.claimed_by FROM dq "
+        "dq.lock_uuid, dq.claimed_by, dq.trace_context FROM dq "
         "WHERE dq.pkind = :b_kind AND dq.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * "
         "FROM dq_settings WHERE dq_settings.pkind = :b_kind AND (dq_settings.paused != 0 OR "
         "dq_settings.has_groups != 0 OR dq_settings.rate_limit IS NOT NULL OR "
@@ -152,7 +153,7 @@ def test_claim_of_nothing_due_writes_nothing(dao):
 
 
 def test_claim_marks_ids_in_lists_under_the_limit(dao):
-    due = [(i, f"k{i}", b"p", 1, 1, 1, 0, 0, None, None, None, None) for i in range(2500)]
+    due = [(i, f"k{i}", b"p", 1, 1, 1, 0, 0, None, None, None, None, None) for i in range(2500)]
     conn = RecordingConnection(DIALECT, results=[due])
     assert len(dao.claim(conn, "q|json", 100, 2500, "lock-1", 400)) == 2500
     sizes = [len(params["ids"]) for _, params in conn.executed]
@@ -188,6 +189,7 @@ def test_reads_and_small_writes(dao):
                  dao.select_stats("q|json", 50), dao.select_stats_by_kind(50),
                  dao.select_page("q|json", "scheduled", 50, 10, "a_b", (40, 7))):
         conn.execute(stmt)
+    dao.store_trace_context(conn, "q|json", ["k"], "00-0af7651916cd43dd-b7ad6b71-01")
     statements = sent(conn)
     assert statements[:7] == [
         'DELETE FROM dq WHERE dq.id = :id AND dq.lock_uuid = :"lock"',
@@ -197,7 +199,7 @@ def test_reads_and_small_writes(dao):
         "AND dq.lock_uuid = :lock_uuid_1",
         "SELECT dq.id, dq.pkind, dq.pkey, dq.payload, dq.scheduled_at, "
         "dq.scheduled_at_initially, dq.lock_uuid, dq.created_at, dq.deliveries, dq.priority, "
-        "dq.group_key, dq.enqueued_by, dq.claimed_by FROM dq "
+        "dq.group_key, dq.enqueued_by, dq.claimed_by, dq.trace_context FROM dq "
         "WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "SELECT :param_1 AS anon_1 FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",
         "DELETE FROM dq WHERE dq.pkind = :pkind_1 AND dq.pkey = :pkey_1",

@@ -117,7 +117,7 @@ class MSSQLQueueDao(QueueDao):
                 "WITH picked AS ("
                 "SELECT TOP (:limit) id, pkey, payload, scheduled_at, scheduled_at_initially, "
                 "created_at, deliveries, lock_uuid, priority, group_key, enqueued_by, "
-                "claimed_by "
+                "claimed_by, trace_context "
                 f"FROM {name} WITH (ROWLOCK, UPDLOCK, READPAST) "
                 f"WHERE pkind = :b_kind AND scheduled_at <= :b_now{extra} "
                 "ORDER BY priority DESC, scheduled_at, id) "
@@ -126,7 +126,7 @@ class MSSQLQueueDao(QueueDao):
                 "OUTPUT inserted.id, inserted.pkey, inserted.payload, deleted.scheduled_at, "
                 "inserted.scheduled_at_initially, inserted.created_at, inserted.deliveries, "
                 "inserted.priority, inserted.group_key, inserted.enqueued_by, "
-                "deleted.lock_uuid, deleted.claimed_by"
+                "deleted.lock_uuid, deleted.claimed_by, inserted.trace_context"
             ).bindparams(*binds).columns(*self._claim_columns)
         return self._claims[where, by]
 

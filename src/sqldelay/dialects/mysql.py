@@ -14,7 +14,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueKey, QueuePayload, QueueText
-from .base import ROW_OVERHEAD, OfferRow, PayloadBudget, QueueDao
+from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
 # read from the server once
@@ -93,6 +93,30 @@ class MySQLQueueDao(QueueDao):
         return PayloadBudget(statement - ROW_OVERHEAD, min(self.offer_chunk_bytes, statement),
                              f"half of this server's max_allowed_packet of {packet:,} bytes, "
                              "less the rest of the statement")
+
+    @classmethod
+    def settings_advice(cls, conn: sa.Connection, table_name: str) -> list[Advice]:
+        out = []
+        # MySQL 8 and MariaDB >= 11.1 name it transaction_isolation, older MariaDB tx_isolation
+        isolation = None
+        for name in ("transaction_isolation", "tx_isolation"):
+            try:
+                isolation = conn.exec_driver_sql(f"SELECT @@global.{name}").scalar()
+                break
+            except sa.exc.DBAPIError:
+                conn.rollback()
+        if isolation is not None and isolation.upper().replace("-", " ") != "READ COMMITTED":
+            out.append(Advice("transaction_isolation", isolation,
+                              "sqldelay's own offers run at READ COMMITTED; offers made in your "
+                              "transactions at this level can deadlock on InnoDB gap locks "
+                              "(producers of ascending keys): prefer READ COMMITTED there"))
+        flush = str(conn.exec_driver_sql(
+            "SELECT @@global.innodb_flush_log_at_trx_commit").scalar())
+        if flush != "1":
+            out.append(Advice("innodb_flush_log_at_trx_commit", flush,
+                              "committed offers and acks can be lost in a crash of the server "
+                              "or machine; 1 makes every commit durable"))
+        return out
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:

@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql as pg
 
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
-from .base import ClaimedRow, OfferRow, QueueDao
+from .base import Advice, ClaimedRow, OfferRow, QueueDao
 from .flow import claim_order
 
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
@@ -101,7 +101,7 @@ class PostgresQueueDao(QueueDao):
                            t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
                            t.c.priority, t.c.group_key, t.c.enqueued_by,
                            picked.c.lock_uuid.label("previous_lock"),
-                           picked.c.claimed_by.label("previous_holder"))
+                           picked.c.claimed_by.label("previous_holder"), t.c.trace_context)
             )
         return self._claims[where, by]
 
@@ -113,6 +113,30 @@ class PostgresQueueDao(QueueDao):
         name = pg.dialect().identifier_preparer.format_table(table)
         return [f"ALTER TABLE {name} SET ("
                 + ", ".join(f"{k} = {v}" for k, v in PG_CHURN.items()) + ")"]
+
+    @classmethod
+    def settings_advice(cls, conn: sa.Connection, table_name: str) -> list[Advice]:
+        # every ack leaves a dead row version: without autovacuum the table and its indexes
+        # only grow, and claims slow down as they wade through dead entries
+        out = []
+        server = conn.exec_driver_sql("SHOW autovacuum").scalar()
+        if server != "on":
+            out.append(Advice("autovacuum", server, "autovacuum is off for the whole server: "
+                              "the queue table bloats with dead rows; turn it on", True))
+        options = conn.execute(sa.text(
+            "SELECT reloptions FROM pg_class WHERE oid = to_regclass(:name)"),
+            {"name": table_name}).scalar() or []
+        if "autovacuum_enabled=false" in options:
+            out.append(Advice(f"{table_name}.autovacuum_enabled", "false",
+                              "autovacuum is off for the queue table: the table bloats with "
+                              f"dead rows; ALTER TABLE {table_name} RESET (autovacuum_enabled)",
+                              True))
+        elif not any(o.startswith("autovacuum_vacuum_scale_factor") for o in options):
+            out.append(Advice(f"{table_name}.autovacuum_vacuum_scale_factor", "default",
+                              "the queue table vacuums at the default 20% of its rows; a busy "
+                              "queue keeps up better with the high-churn preset: "
+                              "sqldelay migrate --tuning high-churn"))
+        return out
 
     # ---- wake-ups: LISTEN/NOTIFY on one channel per queue table, the payload is the pkind ----
     notifications = True

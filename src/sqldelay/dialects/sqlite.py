@@ -15,7 +15,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueId
-from .base import QueueDao
+from .base import Advice, QueueDao
 from .flow import claim_order
 
 _BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
@@ -38,6 +38,16 @@ class SQLiteQueueDao(QueueDao):
     precompiled_insert = True
     duplicate_key_codes = frozenset({1555, 2067})  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
     transient_codes = _BUSY
+
+    @classmethod
+    def settings_advice(cls, conn: sa.Connection, table_name: str) -> list[Advice]:
+        # create_schema switches the file to WAL, where readers and the one writer do not
+        # block each other; in another mode every claim blocks every reader
+        mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+        if str(mode).lower() != "wal":
+            return [Advice("journal_mode", mode, "readers and the writer block each other: "
+                           "switch to WAL (sqldelay migrate does)")]
+        return []
     missing_table_codes = frozenset({_NO_SUCH_TABLE})
 
     @classmethod

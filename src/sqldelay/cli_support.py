@@ -1,0 +1,216 @@
+"""What the subcommands share: the database a command uses, its engine, the one-line errors of
+expected failures, confirmations, durations, and output as tables (rich) or JSON.
+
+rich is imported only when a table is printed, so ``import sqldelay`` never loads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from .engines import create_engine
+from .errors import SchemaMissingError, SqlDelayError
+from .serializers import BytesSerializer, JsonSerializer, StrSerializer
+
+URL_ENV = "SQLDELAY_URL"
+# --serializer: the payload formats a command can read and write
+SERIALIZERS = {"json": JsonSerializer, "bytes": BytesSerializer, "str": StrSerializer}
+
+
+class CliError(SqlDelayError):
+    """An expected failure of a command, told in one line."""
+
+
+def database_url(args: argparse.Namespace) -> str:
+    """--url, else $SQLDELAY_URL, else the command's own default (the demo's); else an error
+    saying how to give one."""
+    url = args.url or os.environ.get(URL_ENV) or getattr(args, "url_fallback", None)
+    if not url:
+        raise CliError(f"no database given: pass --url URL or set {URL_ENV} (for example "
+                       "sqlite:///app.db or postgresql+psycopg://user@host/db)")
+    return url
+
+
+def shown(url: str | sa.URL) -> str:
+    """A URL fit to print: its password hidden."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return str(url)
+
+
+def open_engine(args: argparse.Namespace, *, create: bool = False,
+                table: bool = True) -> sa.Engine:
+    """A blocking engine on the command's database, reached once to fail early and clearly.
+
+    A SQLite file must exist unless ``create`` (migrate, demo), so a mistyped path is not made
+    into a new empty database; with ``table``, the queue table must exist too.
+    """
+    url = database_url(args)
+    args.resolved_url = url
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database)
+        if not create and not path.is_file():
+            raise CliError(f"no SQLite database at {path.resolve()}: check the path, or "
+                           f"create it with sqldelay migrate --url {shown(url)}")
+        if create and not path.parent.is_dir():
+            raise CliError(f"cannot create the SQLite database {path.resolve()}: the directory "
+                           f"{path.parent.resolve()} does not exist")
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if table and not sa.inspect(conn).has_table(args.table):
+                raise CliError(_no_table(args.table, url))
+    except sa.exc.DBAPIError as exc:
+        engine.dispose()
+        raise CliError(unreachable(parsed, exc)) from exc
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+@contextmanager
+def database(args: argparse.Namespace, **kwargs) -> Iterator[sa.Engine]:
+    """``open_engine(args, **kwargs)``, disposed of at the end."""
+    engine = open_engine(args, **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def unreachable(url: sa.URL, exc: BaseException) -> str:
+    """Why the database of ``url`` could not be used, naming the file or the server."""
+    reason = _first_line(getattr(exc, "orig", None) or exc)
+    if url.get_backend_name() == "sqlite":
+        return f"cannot open the SQLite database {Path(url.database or '').resolve()}: {reason}"
+    where = f"{url.host or 'localhost'}:{url.port or _DEFAULT_PORTS.get(url.get_backend_name())}"
+    return f"cannot reach the {url.get_backend_name()} server at {where}: {reason}"
+
+
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433,
+                  "oracle": 1521}
+
+
+def _no_table(table: str, url: str) -> str:
+    return (f"the queue table {table!r} does not exist in {shown(url)}: create it with "
+            f"sqldelay migrate --url {shown(url)}"
+            + ("" if table == "delayed_queue" else f" --table {table}"))
+
+
+def failure_message(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """The one line that explains an expected failure (None: a bug, shown as a traceback)."""
+    url = getattr(args, "resolved_url", None)
+    if isinstance(exc, SchemaMissingError) and url is not None:
+        return _no_table(args.table, url)
+    if isinstance(exc, SqlDelayError):
+        return str(exc)
+    if isinstance(exc, sa.exc.DBAPIError) and url is not None:
+        if getattr(exc, "connection_invalidated", False):
+            return unreachable(sa.make_url(url), exc)
+        return f"the database refused a statement: {_first_line(exc.orig or exc)}"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ---- input ---------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``10m``, ``1h``, ``2d``, ``250ms`` as a timedelta (argparse type)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (give a number with s, m, h or d, e.g. 90s, 10m, 1h)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Go on with --yes, or when "y" is typed at a terminal; otherwise an error (without a
+    terminal, saying to pass --yes: a script must say so explicitly)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise CliError(f"{question} — not confirmed: pass --yes to do it without asking")
+    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+        raise CliError("not confirmed: nothing changed")
+
+
+def add_yes(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--yes", "-y", action="store_true", help="do it without asking")
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON, for scripts")
+
+
+# ---- output --------------------------------------------------------------------------------
+
+def print_table(title: str | None, columns: list[str], rows: list[list[Any]],
+                right: tuple[str, ...] = ()) -> None:
+    """Rows under a header, for people (rich lays out and trims to the terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for name in columns:
+        table.add_column(name, justify="right" if name in right else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(text(v) for v in row))
+    Console(soft_wrap=False).print(table)
+
+
+def text(value: Any) -> str:
+    """A cell: times in UTC to the second, ages in s, m or h, None as empty."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, timedelta):
+        return age(value)
+    return str(value)
+
+
+def age(delta: timedelta | None) -> str:
+    if delta is None:
+        return ""
+    seconds = delta.total_seconds()
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, default=_json_default, ensure_ascii=False, indent=2))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"{type(value).__name__} is not JSON-serializable")

@@ -1,0 +1,108 @@
+"""``sqldelay queues`` and ``sqldelay stats [QUEUE]``: every queue of the table with its due,
+scheduled, in-flight and dead-letter counts and how long the oldest due message has waited,
+read in one pass over the table; ``--watch`` refreshes in place, ``--json`` is for scripts."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+from .cli_support import CliError, add_json, open_engine, print_json, print_table, shown
+from .inspection import Inspector
+from .inspection_base import QueueSummary
+
+COLUMNS = ["queue", "type", "due", "scheduled", "in flight", "dead letters", "oldest due"]
+NUMBERS = ("due", "scheduled", "in flight", "dead letters", "oldest due")
+
+
+def register(sub) -> None:
+    from .cli import add_db_arguments
+
+    p = sub.add_parser("queues", help="every queue with its counts", description=__doc__)
+    add_db_arguments(p)
+    add_json(p)
+    p.set_defaults(func=run, queue=None, watch=None)
+
+    p = sub.add_parser("stats", help="counts of one queue, or of all; --watch refreshes",
+                       description=__doc__)
+    p.add_argument("queue", nargs="?", default=None, help="one queue (default: every queue)")
+    add_db_arguments(p)
+    add_json(p)
+    p.add_argument("--watch", type=float, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                   help="read again every SECONDS (2 when not given) until Ctrl-C; with --json "
+                        "one JSON line per reading")
+    p.set_defaults(func=run)
+
+
+def summaries(inspector: Inspector, queue: str | None) -> list[QueueSummary]:
+    found = inspector.queues()
+    if queue is None:
+        return found
+    mine = [s for s in found if s.queue == queue]
+    if not mine:
+        names = ", ".join(sorted({s.queue for s in found})) or "none"
+        raise CliError(f"no queue named {queue!r} in table {inspector.dao.table.name!r} "
+                       f"(queues with messages or dead letters: {names})")
+    return mine
+
+
+def as_json(summary: QueueSummary) -> dict:
+    out = dataclasses.asdict(summary)
+    age = summary.oldest_due_age
+    out["oldest_due_age"] = None if age is None else age.total_seconds()
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.watch is not None and args.watch <= 0:
+        raise CliError("--watch takes a positive number of seconds")
+    engine = open_engine(args)
+    try:
+        inspector = Inspector(engine, table_name=args.table)
+        if args.watch is None:
+            found = summaries(inspector, args.queue)
+            if args.json:
+                print_json([as_json(s) for s in found])
+            else:
+                print_table(f"{args.table} in {shown(args.resolved_url)}", COLUMNS,
+                            rows(found), NUMBERS)
+            return 0
+        try:
+            _watch(args, inspector)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how a watch ends
+        return 0
+    finally:
+        engine.dispose()
+
+
+def rows(found: list[QueueSummary]) -> list[list]:
+    return [[s.queue, s.type_name, s.due, s.scheduled, s.in_flight, s.dead_letters,
+             s.oldest_due_age] for s in found]
+
+
+def _watch(args: argparse.Namespace, inspector: Inspector) -> None:
+    if args.json:
+        while True:
+            print(json.dumps([as_json(s) for s in summaries(inspector, args.queue)]),
+                  flush=True)
+            time.sleep(args.watch)
+    from rich.live import Live
+    from rich.table import Table
+
+    def render() -> Table:
+        table = Table(title=f"{args.table} in {shown(args.resolved_url)} "
+                            f"(every {args.watch:g}s, Ctrl-C to stop)", title_justify="left")
+        for name in COLUMNS:
+            table.add_column(name, justify="right" if name in NUMBERS else "left")
+        from .cli_support import text
+        for row in rows(summaries(inspector, args.queue)):
+            table.add_row(*(text(v) for v in row))
+        return table
+
+    with Live(render(), auto_refresh=False) as live:
+        while True:
+            time.sleep(args.watch)
+            live.update(render(), refresh=True)

@@ -1,0 +1,48 @@
+"""``sqldelay migrate``: create the queue tables, or upgrade them to this version's schema,
+keeping every message (the package's Alembic migrations, without an alembic.ini)."""
+
+from __future__ import annotations
+
+import argparse
+
+import sqlalchemy as sa
+
+from .cli_support import open_engine, shown
+from .migrate import current
+from .schema import SCHEMA_VERSION, TUNING_PRESETS, create_schema, tuning_ddl
+
+
+def register(sub) -> None:
+    from .cli import add_db_arguments
+
+    p = sub.add_parser("migrate", help="create or upgrade the queue tables (idempotent)",
+                       description=__doc__)
+    add_db_arguments(p)
+    p.add_argument("--tuning", choices=TUNING_PRESETS, default=None,
+                   help="storage preset for a busy table (PostgreSQL: aggressive per-table "
+                        "autovacuum); applied to an existing table too")
+    p.add_argument("--history", action="store_true",
+                   help="also create the history table, for queues that keep history")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    engine = open_engine(args, create=True, table=False)
+    try:
+        with engine.connect() as conn:
+            before = current(conn, args.table)
+        create_schema(engine, table_name=args.table, tuning=args.tuning, history=args.history)
+        if before is not None and args.tuning:  # create_schema tunes the tables it creates
+            with engine.begin() as conn:
+                for statement in tuning_ddl(engine.dialect, args.table, args.tuning):
+                    conn.execute(sa.text(statement))
+        where = f"{args.table} in {shown(args.resolved_url)}"
+        if before is None:
+            print(f"created {where} at schema version {SCHEMA_VERSION}")
+        elif before != SCHEMA_VERSION:
+            print(f"upgraded {where} from schema version {before} to {SCHEMA_VERSION}")
+        else:
+            print(f"{where} is at schema version {SCHEMA_VERSION} already")
+        return 0
+    finally:
+        engine.dispose()

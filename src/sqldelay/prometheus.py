@@ -1,0 +1,180 @@
+"""Prometheus metrics for sqldelay (``pip install 'sqldelay[prometheus]'``; this module is
+imported only when asked for).
+
+``PrometheusListener`` counts what workers and producers do, as a ``WorkerListener`` (give it
+to ``Worker(listeners=...)``) and a ``QueueListener`` (``DelayedQueue(listeners=...)``):
+
+- ``sqldelay_offered_total{queue,outcome}`` offers by outcome (created, updated, ignored);
+- ``sqldelay_claimed_total{queue}``, ``sqldelay_acked_total{queue}`` (handled and acked),
+  ``sqldelay_failed_total{queue}`` (will be retried), ``sqldelay_dead_lettered_total{queue}``;
+- ``sqldelay_handler_seconds{queue,outcome}`` a histogram of handler run time;
+- ``sqldelay_in_flight{queue}`` the messages this process's handlers are running.
+
+``QueueDepthCollector`` reads the table itself when scraped: ``sqldelay_queue_due``,
+``_scheduled``, ``_in_flight``, ``_dead_letters`` and ``sqldelay_queue_oldest_due_seconds`` for
+every queue, in one read of the table (``Inspector.queues``) at most every ``min_interval``,
+so frequent scrapes by several Prometheus servers cost the database one query per interval.
+
+``serve(registry, port, ...)`` exposes a registry over HTTP, on loopback unless a bearer token
+is given; ``sqldelay worker --metrics-port`` does it all for a worker.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
+
+from .errors import InvalidArgumentError
+from .inspection_base import QueueSummary
+from .listeners import QueueListener, WorkerListener
+from .messages import Envelope, OfferOutcome
+
+__all__ = ["PrometheusListener", "QueueDepthCollector", "serve"]
+
+
+class PrometheusListener(WorkerListener, QueueListener):
+    """Counters, a handler-time histogram and an in-flight gauge, in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.offers = Counter("sqldelay_offered", "Messages offered, by outcome",
+                              ["queue", "outcome"], registry=r)
+        self.claims = Counter("sqldelay_claimed", "Messages claimed by workers", ["queue"],
+                              registry=r)
+        self.acks = Counter("sqldelay_acked", "Messages handled and acked", ["queue"],
+                            registry=r)
+        self.failures = Counter("sqldelay_failed", "Handler failures, retried later",
+                                ["queue"], registry=r)
+        self.burials = Counter("sqldelay_dead_lettered", "Messages moved to the dead letters",
+                               ["queue"], registry=r)
+        self.handler_seconds = Histogram("sqldelay_handler_seconds", "Handler run time",
+                                         ["queue", "outcome"], registry=r)
+        self.running = Gauge("sqldelay_in_flight", "Messages this process's handlers run",
+                             ["queue"], registry=r)
+        self._began: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def offered(self, queue: str, outcomes: Sequence[OfferOutcome]) -> None:
+        for outcome in outcomes:
+            self.offers.labels(queue, outcome.value).inc()
+
+    def picked(self, envelopes: Sequence[Envelope]) -> None:
+        for env in envelopes:
+            self.claims.labels(env.queue.name).inc()
+
+    def started(self, envelope: Envelope) -> None:
+        with self._lock:
+            self._began[id(envelope)] = time.perf_counter()
+        self.running.labels(envelope.queue.name).inc()
+
+    def succeeded(self, envelope: Envelope, elapsed: timedelta) -> None:
+        self._finished(envelope, "acked")
+        self.acks.labels(envelope.queue.name).inc()
+
+    def failed(self, envelope: Envelope, error: BaseException, retry_in: timedelta) -> None:
+        self._finished(envelope, "failed")
+        self.failures.labels(envelope.queue.name).inc()
+
+    def dead_lettered(self, envelope: Envelope, error: BaseException) -> None:
+        self._finished(envelope, "dead_lettered")
+        self.burials.labels(envelope.queue.name).inc()
+
+    def _finished(self, envelope: Envelope, outcome: str) -> None:
+        with self._lock:
+            began = self._began.pop(id(envelope), None)
+        if began is None:
+            return
+        self.running.labels(envelope.queue.name).dec()
+        self.handler_seconds.labels(envelope.queue.name, outcome).observe(
+            time.perf_counter() - began)
+
+
+class QueueDepthCollector:
+    """Gauges of every queue's depth, read from the table when scraped, at most once per
+    ``min_interval`` (scrapes in between get the last reading). ``read`` returns the
+    queues' summaries: ``Inspector(engine).queues``, or a function that runs
+    ``AsyncInspector.queues`` on the worker's event loop."""
+
+    GAUGES = (("due", "Messages due now, expired locks included"),
+              ("scheduled", "Messages not yet due"),
+              ("in_flight", "Messages claimed, lock not expired"),
+              ("dead_letters", "Dead letters"))
+
+    def __init__(self, read: Callable[[], list[QueueSummary]], *,
+                 min_interval: timedelta = timedelta(seconds=5)) -> None:
+        self._read = read
+        self._interval = min_interval.total_seconds()
+        self._lock = threading.Lock()
+        self._at = float("-inf")
+        self._last: list[QueueSummary] = []
+
+    def summaries(self) -> list[QueueSummary]:
+        with self._lock:  # one reading at a time; the others wait for it and share it
+            if time.monotonic() - self._at >= self._interval:
+                self._last = self._read()
+                self._at = time.monotonic()
+            return self._last
+
+    def collect(self):
+        found = self.summaries()
+        for name, text in self.GAUGES:
+            family = GaugeMetricFamily(f"sqldelay_queue_{name}", text,
+                                       labels=["queue", "type"])
+            for s in found:
+                family.add_metric([s.queue, s.type_name], getattr(s, name))
+            yield family
+        oldest = GaugeMetricFamily("sqldelay_queue_oldest_due_seconds",
+                                   "How long the oldest due message has waited (0: none due)",
+                                   labels=["queue", "type"])
+        for s in found:
+            age = s.oldest_due_age
+            oldest.add_metric([s.queue, s.type_name], 0.0 if age is None else age.total_seconds())
+        yield oldest
+
+
+def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1",
+          token: str | None = None) -> WSGIServer:
+    """Serve ``registry`` at http://host:port/metrics from a background thread; returns the
+    server (``shutdown()`` stops it). With ``token`` a scrape must send
+    ``Authorization: Bearer <token>``; an address other than loopback needs one."""
+    if token is None and not _loopback(host):
+        raise InvalidArgumentError(
+            f"metrics on {host} would be open to the network: give a token (scrapers send it "
+            "as a bearer token), or serve on 127.0.0.1")
+    metrics = make_wsgi_app(registry)
+    expected = f"Bearer {token}".encode()
+
+    def app(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if token is not None and not hmac.compare_digest(given, expected):
+            start_response("401 Unauthorized", [("WWW-Authenticate", "Bearer"),
+                                                ("Content-Type", "text/plain")])
+            return [b"a bearer token is required\n"]
+        return metrics(environ, start_response)
+
+    server = make_server(host, port, app, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="sqldelay-metrics", daemon=True).start()
+    return server
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args) -> None:  # scrapes are not worth a log line each
+        pass
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

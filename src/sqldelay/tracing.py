@@ -1,0 +1,38 @@
+"""Tracing hooks: what a queue and a worker call around their operations, so a tracing
+library can make spans of them (``sqldelay.otel`` does, for OpenTelemetry). ``Tracer`` itself
+does nothing, at no cost: queues made without ``tracer=`` use it.
+
+The operations: ``offer``, ``claim`` and ``ack`` around the queue's calls, and ``process``
+around a worker's handler. An offer stores ``context()``, the
+producer's trace context as text, with each message it creates or changes; the envelope of a
+claimed message carries it back (``Envelope.trace_context``), for ``process`` to link to.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+from .messages import Envelope
+
+OFFER, CLAIM, ACK = "offer", "claim", "ack"
+
+
+class Tracer:
+    """No tracing; subclass it and override what you trace."""
+
+    def span(self, operation: str, queue: str,
+             count: int | None = None) -> AbstractContextManager[None]:
+        """Around ``operation`` (OFFER, CLAIM or ACK) of ``count`` messages of
+        ``queue``; an exception raised inside is the operation's failure."""
+        return nullcontext()
+
+    def context(self) -> str | None:
+        """The current trace context, as text to store with offered messages (None: none)."""
+        return None
+
+    def process(self, envelope: Envelope) -> AbstractContextManager[None]:
+        """Around a worker's handler of ``envelope``."""
+        return nullcontext()
+
+
+NO_TRACING = Tracer()

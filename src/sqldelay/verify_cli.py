@@ -1,0 +1,79 @@
+"""``sqldelay verify``: is the queue table what this version of sqldelay expects (tables,
+indexes, schema version), and are the database settings that matter to a queue sane? Prints
+each finding; exits 1 when there is a problem to fix (advice alone exits 0)."""
+
+from __future__ import annotations
+
+import argparse
+
+import sqlalchemy as sa
+
+from .cli_support import add_json, database, print_json, print_table, shown
+from .dialects import dao_class_for
+from .migrate import current
+from .schema import HISTORY, SCHEMA_VERSION, schema_tables
+
+
+def register(sub) -> None:
+    from .cli import add_db_arguments
+
+    p = sub.add_parser("verify", help="check the schema and the database settings",
+                       description=__doc__)
+    add_db_arguments(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+OK, ADVICE, PROBLEM = "ok", "advice", "PROBLEM"
+
+
+def findings(conn: sa.Connection, table_name: str) -> list[tuple[str, str, str]]:
+    """(level, what, finding) for queue table ``table_name`` on ``conn``; level is OK,
+    ADVICE or PROBLEM."""
+    out: list[tuple[str, str, str]] = []
+    inspector = sa.inspect(conn)
+    version = current(conn, table_name)
+    if version is None:
+        return [(PROBLEM, table_name, "missing: run sqldelay migrate")]
+    if version != SCHEMA_VERSION:
+        out.append((PROBLEM, "schema version", f"{version}, this sqldelay expects "
+                                               f"{SCHEMA_VERSION}: run sqldelay migrate"))
+    else:
+        out.append((OK, "schema version", f"{version}, as expected"))
+        history = inspector.has_table(HISTORY.name(table_name))
+        for table in schema_tables(sa.MetaData(), table_name, history=history):
+            if not inspector.has_table(table.name):
+                out.append((PROBLEM, table.name, "missing: run sqldelay migrate"))
+                continue
+            present = {ix["name"] for ix in inspector.get_indexes(table.name)}
+            for index in sorted(table.indexes, key=lambda ix: ix.name):
+                if index.name not in present:
+                    out.append((PROBLEM, index.name,
+                                f"index missing on {table.name}: the reads it serves scan "
+                                f"the table instead; create it again ({_columns(index)})"))
+        if all(level == OK for level, _, _ in out):
+            out.append((OK, "tables and indexes", "all present"))
+    for advice in dao_class_for(conn.dialect).settings_advice(conn, table_name):
+        out.append((PROBLEM if advice.problem else ADVICE, f"{advice.setting} = {advice.value}",
+                    advice.text))
+    return out
+
+
+def _columns(index: sa.Index) -> str:
+    return ", ".join(str(e) if not isinstance(e, sa.Column) else e.name
+                     for e in index.expressions)
+
+
+def run(args: argparse.Namespace) -> int:
+    with database(args, table=False) as engine, engine.connect() as conn:
+        found = findings(conn, args.table)
+    problems = sum(1 for level, _, _ in found if level == PROBLEM)
+    if args.json:
+        print_json({"ok": problems == 0, "findings": [
+            {"level": level.lower(), "check": what, "finding": text}
+            for level, what, text in found]})
+    else:
+        print_table(f"{args.table} in {shown(args.resolved_url)}", ["", "check", "finding"],
+                    [list(f) for f in found])
+        print(f"{problems} problem(s)" if problems else "no problems")
+    return 1 if problems else 0
