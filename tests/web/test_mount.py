@@ -3,6 +3,8 @@ its cookie, and the dashboard all live under the prefix; and the arguments it re
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import sqlalchemy as sa
 from starlette.applications import Starlette
@@ -47,3 +49,17 @@ def test_refused_arguments(tmp_path):
         create_app(engine, token=TOKEN + " x")
     with pytest.raises(ValueError, match="max_body"):
         create_app(engine, token=TOKEN, max_body=0)
+
+
+def test_an_unreachable_database_is_a_503_in_json():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine = create_async_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(create_app(engine, token=TOKEN)) as client:
+        for path in ("/v1/queues", "/v1/queues/q/messages/k", "/v1/health"):
+            r = client.get(path, headers=auth)
+            assert r.status_code == 503, r.text
+        r = client.put("/v1/queues/q/messages/k", headers=auth, json={"payload": 1})
+        assert (r.status_code, r.json()["error"]["code"]) == (503, "database_unavailable")

@@ -8,6 +8,7 @@ import contextlib
 from datetime import timedelta
 from typing import Any
 
+import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -74,7 +75,11 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
     app = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(AuthMiddleware, tokens=tokens)],
                     exception_handlers={ApiError: _api_error, HTTPException: _http_error,
-                                        SchemaMissingError: _schema_missing})
+                                        SchemaMissingError: _schema_missing,
+                                        sa.exc.DBAPIError: _database_error,
+                                        # some async drivers let a refused connection out
+                                        # as it is
+                                        OSError: _database_error})
     app.state.service = service
     app.state.tokens = tokens
     return app
@@ -97,3 +102,11 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _schema_missing(request: Request, exc: SchemaMissingError) -> Response:
     return ApiError(503, "schema_missing", str(exc)).response()
+
+
+async def _database_error(request: Request, exc: Exception) -> Response:
+    """The database failed (unreachable, or gone away): 503, naming only the error's class,
+    not its text, which may hold statements and parameters."""
+    cause = type(getattr(exc, "orig", None) or exc).__name__
+    return ApiError(503, "database_unavailable",
+                    f"the database did not answer ({cause}); try again").response()
