@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -45,7 +46,7 @@ def web_push(bench: Bench) -> None:
         via_http = bench.queue("web_http")  # the queue the server fills, to empty it
         single, many = bench.sizes.single_messages, bench.sizes.messages
         many -= many % bench.batch
-        rounds = iter(range(10**9))
+        rounds = itertools.count()  # each round offers keys of its own
 
         def http(batch: int, count: int) -> float:
             rate = asyncio.run(_push(port, token, next(rounds), batch, count, bench.producers))
