@@ -18,6 +18,7 @@ from . import (
     spark,
     steady,
     throughput,
+    web,
     worker,
 )
 
@@ -46,6 +47,7 @@ SCENARIOS = {
     "async_peers": asyncio_front.async_peers,
     "async_worker_drain": asyncio_front.async_worker_drain,
     "async_worker_wakeup": asyncio_front.async_worker_wakeup,
+    "web_push": web.web_push,
     "spark_offer": spark.spark_offer,
     "shards_scaling": shards.shards_scaling,
     "shards_routing": shards.shards_routing,

@@ -23,6 +23,7 @@ from . import (
     migrate_cli,
     offer_cli,
     reshard_cli,
+    serve_cli,
     verify_cli,
     worker_cli,
 )
@@ -40,6 +41,7 @@ COMMANDS = [
     reshard_cli,
     demo,
     bench_cli,
+    serve_cli,
 ]
 
 

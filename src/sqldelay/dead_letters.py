@@ -35,10 +35,12 @@ class DeadLetters(DeadLettersBase):
         return envelope.queue.executor.run(self.bury_op(envelope, error), write=True,
                                            connection=connection)
 
-    def list(self, queue: str | None = None, *, limit: int = 100,
+    def list(self, queue: str | None = None, *, limit: int = 100, offset: int = 0,
+             key: str | None = None,
              connection: Connection | None = None) -> list[DeadLetter]:
-        """The oldest ``limit`` dead letters, of one queue name or of all."""
-        return self.executor.run(self.list_op(queue, limit), write=False,
+        """The oldest ``limit`` dead letters after the first ``offset`` (pages), of one queue
+        name or of all; only those of ``key`` when given."""
+        return self.executor.run(self.list_op(queue, limit, offset, key), write=False,
                                  connection=connection)
 
     def count(self, queue: str | None = None, *,

@@ -33,10 +33,12 @@ class AsyncDeadLetters(DeadLettersBase):
         return await envelope.queue.executor.run(self.bury_op(envelope, error), write=True,
                                                  connection=connection)
 
-    async def list(self, queue: str | None = None, *, limit: int = 100,
+    async def list(self, queue: str | None = None, *, limit: int = 100, offset: int = 0,
+                   key: str | None = None,
                    connection: AsyncConnection | None = None) -> list[DeadLetter]:
-        """The oldest ``limit`` dead letters, of one queue name or of all."""
-        return await self.executor.run(self.list_op(queue, limit), write=False,
+        """The oldest ``limit`` dead letters after the first ``offset`` (pages), of one queue
+        name or of all; only those of ``key`` when given."""
+        return await self.executor.run(self.list_op(queue, limit, offset, key), write=False,
                                        connection=connection)
 
     async def count(self, queue: str | None = None, *,

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .checks import check_positive_int
+from .checks import check_key, check_positive_int
 from .clock import Clock, SystemClock, from_ms, to_ms
 from .dialects import OfferRow, dao_class_for
 from .dialects.base import chunked
@@ -100,12 +100,19 @@ class DeadLettersBase:
 
         return op
 
-    def list_op(self, queue: str | None, limit: int) -> Op:
-        """The oldest ``limit`` dead letters, of one queue name or of all."""
+    def list_op(self, queue: str | None, limit: int, offset: int = 0,
+                key: str | None = None) -> Op:
+        """The oldest ``limit`` dead letters after the first ``offset``, of one queue name or
+        of all, and only those of ``key`` when given."""
         check_positive_int(limit, "limit")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidArgumentError(f"offset must be a non-negative integer, got {offset!r}")
         t = self.table
-        stmt = self._where_queue(sa.select(t).order_by(t.c.failed_at, t.c.id).limit(limit),
-                                 queue)
+        stmt = sa.select(t).order_by(t.c.failed_at, t.c.id).limit(limit).offset(offset)
+        if key is not None:
+            check_key(key)
+            stmt = stmt.where(t.c.pkey == key)
+        stmt = self._where_queue(stmt, queue)
         return lambda conn: [_dead_letter(r) for r in conn.execute(stmt)]
 
     def count_op(self, queue: str | None) -> Op:

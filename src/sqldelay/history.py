@@ -146,6 +146,27 @@ class Recorder:
 
         return op
 
+    def counts_op(self, after_id: int | None, kinds: Sequence[EventKind]):
+        """How many events of ``kinds`` each queue (pkind) has had since event ``after_id``
+        (None: none counted, only the position read): ``(last id, {(pkind, kind): n})``.
+        Read along the primary key, for a sampler that calls it again with the last id."""
+        h = self.table
+        last = sa.select(sa.func.max(h.c.id))
+        counts = (sa.select(h.c.pkind, h.c.kind, sa.func.count().label("n"))
+                  .where(h.c.id > sa.bindparam("after"), h.c.id <= sa.bindparam("upto"),
+                         h.c.kind.in_([k.value for k in kinds]))
+                  .group_by(h.c.pkind, h.c.kind))
+
+        def op(conn: sa.Connection) -> tuple[int, dict[tuple[str, EventKind], int]]:
+            upto = conn.execute(last).scalar()
+            upto = int(upto) if upto is not None else 0
+            if after_id is None or upto <= after_id:
+                return upto if after_id is None else max(upto, after_id), {}
+            rows = conn.execute(counts, {"after": after_id, "upto": upto})
+            return upto, {(r.pkind, EventKind(r.kind)): int(r.n) for r in rows}
+
+        return op
+
     def prune_op(self, pkind: str, before_ms: int, batch: int, in_list_max: int):
         """Delete up to ``batch`` of this queue's events older than ``before_ms``; returns how
         many went. Callers repeat it, each time in a transaction of its own, until fewer than

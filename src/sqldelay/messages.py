@@ -52,6 +52,9 @@ class QueuedMessage:
     enqueued_by: str | None = None  # kept by queues with history, or when given
     claimed_by: str | None = None  # while in flight: who holds it (likewise)
     locked_until: datetime | None = None  # while in flight: when its lock runs out
+    # when it may next be claimed: its due time, later while a retry waits, and the lock's
+    # expiry while in flight (scheduled_at stays the time its producer asked for)
+    next_due: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

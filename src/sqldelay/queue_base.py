@@ -587,7 +587,8 @@ def queued_message(row, serializer: Serializer, now_ms: int) -> QueuedMessage:
         created_at=from_ms(row.created_at), deliveries=row.deliveries,
         in_flight=in_flight, priority=row.priority, group=row.group_key,
         enqueued_by=row.enqueued_by, claimed_by=row.claimed_by if in_flight else None,
-        locked_until=from_ms(row.scheduled_at) if in_flight else None)
+        locked_until=from_ms(row.scheduled_at) if in_flight else None,
+        next_due=from_ms(row.scheduled_at))
 
 
 def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:

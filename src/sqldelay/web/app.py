@@ -1,0 +1,112 @@
+"""``create_app``: the HTTP service as one Starlette application (REST API under ``/v1``, its
+OpenAPI document, the dashboard at ``/``), to serve with ``sqldelay serve`` or to mount in an
+application of one's own."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..concurrency_async import engine_problem
+from ..errors import SchemaMissingError
+from ..history import check_actor
+from ..schema import DEFAULT_TABLE
+from .api import Service
+from .auth import AuthMiddleware, Tokens
+from .dashboard import Dashboard
+from .errors import ApiError
+from .openapi import openapi_document
+from .throughput import Sampler
+
+MAX_BODY = 1024 * 1024  # bytes
+MAX_BATCH = 1000  # messages in one batch request
+
+
+def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
+               table_name: str = DEFAULT_TABLE, history: Any = None,
+               max_body: int = MAX_BODY, max_batch: int = MAX_BATCH,
+               actor: str | None = None,
+               sample_every: timedelta = timedelta(seconds=10)) -> Starlette:
+    """The service over ``engine`` (an ``AsyncEngine``: see
+    ``sqldelay.engines.create_async_engine``) and queue table ``table_name``.
+
+    ``token`` (at least 16 characters) may do everything; ``read_only_token`` only read.
+    ``history`` is given to the queues the service opens (as ``AsyncDelayedQueue``'s);
+    ``max_body`` bounds a request's body in bytes, ``max_batch`` a batch's messages;
+    ``actor`` names the service in ``enqueued_by`` and the history (default: host:pid:task).
+    ``sample_every``: how often the dashboard's throughput is sampled from the history.
+    """
+    problem = engine_problem(engine, "sqldelay.web.create_app")
+    if problem:
+        raise TypeError(problem.split("; with a blocking")[0])
+    tokens = Tokens(token, read_only_token)
+    for name, value in (("max_body", max_body), ("max_batch", max_batch)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_actor(actor, "actor")
+    service = Service(engine, table_name=table_name, history=history, max_body=max_body,
+                      max_batch=max_batch, actor=actor)
+    document = openapi_document(max_body=max_body, max_batch=max_batch)
+    sampler = Sampler(service.inspector.executor, table_name, sample_every)
+    dashboard = Dashboard(tokens, sampler)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(document)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        sampler.start()
+        try:
+            yield
+        finally:
+            await sampler.stop()
+
+    routes = [*service.routes(), Route("/v1/openapi.json", openapi, methods=["GET"]),
+              *dashboard.routes()]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(AuthMiddleware, tokens=tokens)],
+                    exception_handlers={ApiError: _api_error, HTTPException: _http_error,
+                                        SchemaMissingError: _schema_missing,
+                                        sa.exc.DBAPIError: _database_error,
+                                        # some async drivers let a refused connection out
+                                        # as it is
+                                        OSError: _database_error})
+    app.state.service = service
+    app.state.tokens = tokens
+    return app
+
+
+async def _api_error(request: Request, exc: ApiError) -> Response:
+    return exc.response()
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    response = ApiError(exc.status_code, code, str(exc.detail)).response()
+    for name, value in (exc.headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+async def _schema_missing(request: Request, exc: SchemaMissingError) -> Response:
+    return ApiError(503, "schema_missing", str(exc)).response()
+
+
+async def _database_error(request: Request, exc: Exception) -> Response:
+    """The database failed (unreachable, or gone away): 503, naming only the error's class,
+    not its text, which may hold statements and parameters."""
+    cause = type(getattr(exc, "orig", None) or exc).__name__
+    return ApiError(503, "database_unavailable",
+                    f"the database did not answer ({cause}); try again").response()

@@ -1,0 +1,149 @@
+"""Who may call the service: a bearer token (full access) and an optional read-only token.
+
+Every request but the login page needs one of them, as ``Authorization: Bearer <token>`` or,
+for the dashboard in a browser, as the session cookie that ``POST /login`` sets (HttpOnly,
+SameSite=Strict). Tokens are compared in constant time. A request that changes something and
+is authenticated by the cookie must also carry the page's CSRF token in ``X-CSRF-Token`` and,
+when the browser sends one, an ``Origin`` of this very host: another site can make a browser
+send the cookie, but neither read the page's CSRF token nor forge those headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import ApiError
+
+MIN_TOKEN_LENGTH = 16
+COOKIE = "sqldelay_session"
+CSRF_HEADER = "x-csrf-token"
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+# what needs no token: the login page (it shows no data), the login itself and the page's
+# script and style (the package's files, no data)
+OPEN = {("GET", "/"), ("HEAD", "/"), ("POST", "/login"), ("POST", "/logout")}
+ASSETS = "/assets/"
+
+ADMIN = "admin"
+READER = "read-only"
+
+
+def check_token(token: str | None, what: str) -> None:
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
+        raise ValueError(f"the {what} must be a string of at least {MIN_TOKEN_LENGTH} "
+                         "characters")
+    if token != token.strip() or any(c.isspace() for c in token):
+        raise ValueError(f"the {what} must not contain whitespace")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The service's tokens; ``role_of`` says what a presented token may do (None: nothing)."""
+
+    admin: str
+    read_only: str | None = None
+
+    def __post_init__(self) -> None:
+        check_token(self.admin, "token")
+        if self.read_only is not None:
+            check_token(self.read_only, "read-only token")
+            if self.read_only == self.admin:
+                raise ValueError("the read-only token must differ from the token")
+
+    def role_of(self, presented: str | None) -> str | None:
+        if not presented:
+            return None
+        given = presented.encode()
+        # both compared every time, so the time taken tells nothing about which one matched
+        admin = hmac.compare_digest(given, self.admin.encode())
+        reader = self.read_only is not None and hmac.compare_digest(given,
+                                                                    self.read_only.encode())
+        return ADMIN if admin else READER if reader else None
+
+    def csrf(self, presented: str) -> str:
+        """The CSRF token of a session: derived from its token, so no server state is kept."""
+        return hmac.new(presented.encode(), b"sqldelay-csrf", hashlib.sha256).hexdigest()
+
+
+class AuthMiddleware:
+    """Refuses requests without a valid token (401), writes by the read-only token (403) and
+    cookie-authenticated writes without the CSRF token or from another origin (403); puts the
+    caller's role in ``scope["sqldelay.role"]``."""
+
+    def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], _local_path(scope)
+        headers = _headers(scope)
+        bearer = _bearer(headers.get("authorization"))
+        cookie = _cookies(headers.get("cookie")).get(COOKIE)
+        presented = bearer if bearer is not None else cookie
+        role = self.tokens.role_of(presented)
+        scope["sqldelay.role"] = role
+        scope["sqldelay.token"] = presented if role else None
+        problem = None
+        if (method, path) in OPEN or (method == "GET" and path.startswith(ASSETS)):
+            pass
+        elif role is None:
+            problem = ApiError(401, "unauthorized", "a valid token is needed: send "
+                               "'Authorization: Bearer <token>'", field="authorization")
+        elif method not in SAFE_METHODS:
+            if role != ADMIN:
+                problem = ApiError(403, "read_only", "the read-only token cannot change "
+                                   "anything", field="authorization")
+            elif bearer is None:
+                problem = self._csrf_problem(headers, presented)
+        if problem is not None:
+            response = problem.response()
+            if problem.status == 401:
+                response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _csrf_problem(self, headers: dict[str, str], token: str) -> ApiError | None:
+        origin = headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != headers.get("host"):
+            return ApiError(403, "cross_origin", "a change from another origin is refused",
+                            field="origin")
+        given = headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.tokens.csrf(token).encode()):
+            return ApiError(403, "csrf", "the dashboard's CSRF token is missing or wrong",
+                            field=CSRF_HEADER)
+        return None
+
+
+def _local_path(scope: Scope) -> str:
+    """The path inside this app, when it is mounted under a prefix."""
+    path = scope["path"]
+    root = scope.get("root_path", "")
+    return path[len(root):] or "/" if root and path.startswith(root) else path
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _bearer(value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _cookies(value: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in (value or "").split(";"):
+        name, sep, val = part.strip().partition("=")
+        if sep:
+            out.setdefault(name, unquote(val))
+    return out

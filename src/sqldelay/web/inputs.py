@@ -1,0 +1,172 @@
+"""What a request may carry, checked before anything is written: the body (size, JSON), the
+fields of a message (payload, due time, priority, group) and query parameters. Each refusal is
+an ``ApiError`` naming the field; the library's own checks decide what a key, a queue name,
+a priority and a group may be, so the service accepts exactly what the library does."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from starlette.requests import Request
+
+from ..checks import check_text
+from ..errors import InvalidArgumentError
+from ..queue_base import check_priority
+from ..schema import KEY_LENGTH
+from .errors import ApiError, invalid
+
+MESSAGE_FIELDS = {"payload", "at", "delay", "priority", "group"}
+BATCH_MESSAGE_FIELDS = MESSAGE_FIELDS | {"key", "update"}
+# ISO-8601 durations in weeks, days, hours, minutes and seconds (years and months have no
+# fixed length, so they are refused rather than guessed)
+_DURATION = re.compile(r"P(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?"
+                       r"(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?")
+
+
+@dataclass(frozen=True)
+class MessageInput:
+    """One message of a request, checked."""
+
+    payload: Any
+    at: datetime | None
+    priority: int
+    group: str | None
+
+
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The request's body, refused (413) as soon as it is known to be over ``limit`` bytes:
+    by its Content-Length, or while it streams in."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's body as JSON (at most ``limit`` bytes), refusing anything that is not
+    strict JSON (400)."""
+    body = await read_limited(request, limit)
+    if not body:
+        raise invalid("body", "the request needs a JSON body", "missing_body")
+    try:
+        return json.loads(body, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid("body", f"the body is not valid JSON: {exc}", "malformed_json") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "body_too_large", f"the body is larger than {limit:,} bytes",
+                    field="body")
+
+
+def message_input(body: Any, field: str = "", *, allowed: set[str] = MESSAGE_FIELDS,
+                  now: datetime | None = None) -> MessageInput:
+    """The fields of one message (``field``: where it sits in the body, for errors)."""
+    where = f"{field}." if field else ""
+    if not isinstance(body, dict):
+        raise invalid(field or "body", "a message is a JSON object", "not_an_object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise invalid(where + unknown[0], f"unknown field {unknown[0]!r}; known: "
+                      f"{', '.join(sorted(allowed))}", "unknown_field")
+    if "payload" not in body:
+        raise invalid(where + "payload", "the message needs a payload", "missing_field")
+    if "at" in body and "delay" in body:
+        raise invalid(where + "delay", "give the due time as 'at' or as 'delay', not both",
+                      "conflicting_fields")
+    now = now or datetime.now(UTC)
+    at = None
+    if "at" in body:
+        at = parse_at(body["at"], where + "at")
+    elif "delay" in body:
+        at = _after(now, parse_delay(body["delay"], where + "delay"), where + "delay")
+    priority = body.get("priority", 0)
+    _library_check(check_priority, priority, field=where + "priority")
+    group = body.get("group")
+    if group is not None:
+        _library_check(check_text, group, "group", KEY_LENGTH, field=where + "group")
+    return MessageInput(body["payload"], at, priority, group)
+
+
+def parse_at(value: Any, field: str = "at") -> datetime:
+    """An RFC 3339 timestamp with its offset (``Z`` or ``+02:00``)."""
+    if not isinstance(value, str):
+        raise invalid(field, "'at' is an RFC 3339 timestamp string, such as "
+                      "2030-01-01T12:00:00Z", "invalid_timestamp")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise invalid(field, f"{value!r} is not an RFC 3339 timestamp",
+                      "invalid_timestamp") from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise invalid(field, f"{value!r} has no UTC offset; add Z or +HH:MM",
+                      "naive_timestamp")
+    return when
+
+
+def parse_delay(value: Any, field: str = "delay") -> timedelta:
+    """Seconds (a number) or an ISO-8601 duration (``PT30S``, ``P1DT2H``), not negative."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise invalid(field, "'delay' is a number of seconds or an ISO-8601 duration",
+                      "invalid_delay")
+    if isinstance(value, str):
+        if value.startswith("-"):
+            raise invalid(field, f"the delay {value!r} is negative", "negative_delay")
+        match = _DURATION.fullmatch(value)
+        if match is None or value in ("P", "PT") or value.endswith("T"):
+            raise invalid(field, f"{value!r} is not an ISO-8601 duration in weeks, days, "
+                          "hours, minutes and seconds (such as PT30S or P1DT2H)",
+                          "invalid_delay")
+        parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
+        try:
+            return timedelta(weeks=parts["w"], days=parts["d"], hours=parts["h"],
+                             minutes=parts["m"], seconds=parts["s"])
+        except OverflowError:
+            raise invalid(field, f"the delay {value!r} is too long", "invalid_delay") from None
+    if not math.isfinite(value):
+        raise invalid(field, "the delay must be a finite number", "invalid_delay")
+    if value < 0:
+        raise invalid(field, f"the delay {value} is negative", "negative_delay")
+    try:
+        return timedelta(seconds=value)
+    except OverflowError:
+        raise invalid(field, f"the delay {value} is too long", "invalid_delay") from None
+
+
+def _after(now: datetime, delay: timedelta, field: str) -> datetime:
+    try:
+        return now + delay
+    except OverflowError:
+        raise invalid(field, "the delay ends after the year 9999", "invalid_delay") from None
+
+
+def _library_check(check, *args, field: str) -> None:
+    try:
+        check(*args)
+    except InvalidArgumentError as exc:
+        raise invalid(field, str(exc)) from None
+
+
+def int_param(request: Request, name: str, default: int, *, low: int, high: int) -> int:
+    """A whole-number query parameter within [low, high]."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not re.fullmatch(r"\d{1,12}", raw) or not low <= int(raw) <= high:
+        raise invalid(name, f"{name} must be a whole number from {low} to {high}, "
+                      f"got {raw!r}", "invalid_parameter")
+    return int(raw)

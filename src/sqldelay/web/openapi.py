@@ -1,0 +1,230 @@
+"""The OpenAPI 3.1 document of the REST API, served at ``/v1/openapi.json``.
+
+Written out here, beside the routes it describes; the tests keep it true: every route is in it
+and every path in it is a route, and a property-based run (schemathesis) checks each response
+against it.
+"""
+
+from __future__ import annotations
+
+from ..queue_base import MAX_PRIORITY, MAX_QUEUE_NAME, MIN_PRIORITY
+from ..schema import KEY_LENGTH
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict:
+    """The error responses of an operation: those every one may answer, and ``statuses``."""
+    every = {400, 401, 403, 404, 503}
+    return {str(s): {"$ref": f"#/components/responses/{_ERROR_NAMES[s]}"}
+            for s in sorted(every | set(statuses))}
+
+
+_ERROR_NAMES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+                413: "TooLarge", 503: "Unavailable"}
+
+_NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
+_NULLABLE_SECONDS = {"type": ["number", "null"]}
+
+
+def openapi_document(*, max_body: int, max_batch: int) -> dict:
+    """The document, with this service's limits in it."""
+    queue = {"name": "queue", "in": "path", "required": True,
+             "schema": {"type": "string", "minLength": 1, "maxLength": MAX_QUEUE_NAME}}
+    key = {"name": "key", "in": "path", "required": True,
+           "schema": {"type": "string", "minLength": 1, "maxLength": KEY_LENGTH}}
+    due = {"at": {"type": "string", "format": "date-time",
+                  "description": "RFC 3339 due time with its offset"},
+           "delay": {"oneOf": [{"type": "number", "minimum": 0},
+                               {"type": "string", "pattern": r"^P(\d+W)?(\d+D)?(T(\d+H)?"
+                                                             r"(\d+M)?(\d+(\.\d+)?S)?)?$"}],
+                     "description": "seconds, or an ISO-8601 duration (PT30S, P1DT2H)"},
+           "priority": {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY,
+                        "default": 0},
+           "group": {"type": "string", "minLength": 1, "maxLength": KEY_LENGTH}}
+    message_in = {"type": "object", "required": ["payload"], "additionalProperties": False,
+                  "properties": {"payload": {"description": "any JSON value"}, **due},
+                  "description": "due now without 'at' or 'delay'; not both"}
+    batch_item = {"type": "object", "required": ["key", "payload"],
+                  "additionalProperties": False,
+                  "properties": {"key": {"type": "string", "minLength": 1,
+                                         "maxLength": KEY_LENGTH},
+                                 "payload": {}, "update": {"type": "boolean", "default": True},
+                                 **due}}
+    selection = {"oneOf": [
+        {"type": "object", "required": ["ids"], "additionalProperties": False,
+         "properties": {"ids": {"type": "array", "minItems": 1, "maxItems": max_batch,
+                                "items": {"type": "integer"}}}},
+        {"type": "object", "required": ["all"], "additionalProperties": False,
+         "properties": {"all": {"const": True}}}]}
+    counts = {"due": {"type": "integer"}, "scheduled": {"type": "integer"},
+              "in_flight": {"type": "integer"}, "dead_letters": {"type": "integer"},
+              "oldest_due_age_seconds": _NULLABLE_SECONDS}
+    schemas = {
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                           "field": {"type": "string"}}}}},
+        "MessageIn": message_in,
+        "BatchIn": {"type": "object", "required": ["messages"], "additionalProperties": False,
+                    "properties": {"messages": {"type": "array", "minItems": 1,
+                                                "maxItems": max_batch, "items": batch_item}}},
+        "Outcome": {"type": "object", "required": ["queue", "key", "outcome"], "properties": {
+            "queue": {"type": "string"}, "key": {"type": "string"},
+            "outcome": {"enum": ["created", "updated", "ignored"]}}},
+        "Outcomes": {"type": "object", "required": ["queue", "outcomes"], "properties": {
+            "queue": {"type": "string"},
+            "outcomes": {"type": "array", "items": {"enum": ["created", "updated",
+                                                             "ignored"]}}}},
+        "Message": {"type": "object", "required": ["queue", "key", "state", "payload",
+                                                   "due_at", "attempt"], "properties": {
+            "queue": {"type": "string"}, "key": {"type": "string"},
+            "state": {"enum": ["due", "scheduled", "in_flight"]}, "payload": {},
+            "due_at": {"type": "string", "format": "date-time",
+                       "description": "when it may next be claimed: a retry's time while "
+                                      "one waits, the lock's expiry while in flight"},
+            "scheduled_at": {"type": "string", "format": "date-time",
+                             "description": "the due time its producer asked for"},
+            "created_at": {"type": "string", "format": "date-time"},
+            "attempt": {"type": "integer", "description": "deliveries so far"},
+            "priority": {"type": "integer"}, "group": {"type": ["string", "null"]},
+            "locked_until": _NULLABLE_TIME, "claimed_by": {"type": ["string", "null"]},
+            "enqueued_by": {"type": ["string", "null"]}}},
+        "DeadLetter": {"type": "object", "required": ["queue", "key", "state", "id",
+                                                      "attempts", "last_error", "failed_at"],
+                       "properties": {
+            "queue": {"type": "string"}, "key": {"type": "string"},
+            "state": {"const": "dead_lettered"}, "id": {"type": "integer"},
+            "attempts": {"type": "integer"}, "last_error": {"type": "string"},
+            "failed_at": {"type": "string", "format": "date-time"},
+            "due_at": {"type": "string", "format": "date-time"},
+            "created_at": {"type": "string", "format": "date-time"},
+            "priority": {"type": "integer"}, "group": {"type": ["string", "null"]},
+            "enqueued_by": {"type": ["string", "null"]}, "payload": {},
+            "payload_base64": {"type": "string",
+                               "description": "a payload of another type than JSON"}}},
+        "Status": {"oneOf": [_ref("Message"), _ref("DeadLetter")]},
+        "Page": {"type": "object", "required": ["messages", "next_after"], "properties": {
+            "messages": {"type": "array", "items": _ref("Message")},
+            "next_after": {"type": ["string", "null"],
+                           "description": "'after' of the next page; null on the last"}}},
+        "DeadLetterPage": {"type": "object", "required": ["dead_letters", "total"],
+                           "properties": {
+            "dead_letters": {"type": "array", "items": _ref("DeadLetter")},
+            "total": {"type": "integer"}, "offset": {"type": "integer"},
+            "limit": {"type": "integer"}}},
+        "QueueSummary": {"type": "object", "required": ["queue", "payload_type", *counts],
+                         "properties": {"queue": {"type": "string"},
+                                        "payload_type": {"type": "string"}, **counts}},
+        "Queues": {"type": "object", "required": ["queues"], "properties": {
+            "queues": {"type": "array", "items": _ref("QueueSummary")}}},
+        "Queue": {"type": "object", "required": ["queue", "paused", *counts], "properties": {
+            "queue": {"type": "string"}, **counts, "paused": {"type": "boolean"},
+            "rate_limit": {"type": ["integer", "null"]},
+            "rate_period_seconds": _NULLABLE_SECONDS,
+            "concurrency_limit": {"type": ["integer", "null"]}}},
+        "Count": {"type": "object", "minProperties": 1, "maxProperties": 1,
+                  "additionalProperties": {"type": "integer"}},
+        "Throughput": {"type": "object", "required": ["every_seconds", "problem", "since",
+                                                      "queues"],
+                       "properties": {
+            "every_seconds": {"type": "number"}, "problem": {"type": ["string", "null"]},
+            "since": {"type": ["integer", "null"],
+                      "description": "the minute (epoch ms) counting began; null: not yet"},
+            "queues": {"type": "object", "description": "per queue (name|payload type)",
+                       "additionalProperties": {"type": "array", "items": {
+                           "type": "array", "minItems": 3, "maxItems": 3,
+                           "items": {"type": "integer"},
+                           "description": "[minute (epoch ms), offered, acked]"}}}}},
+        "Health": {"type": "object", "required": ["status", "database"], "properties": {
+            "status": {"enum": ["ok", "unavailable"]}, "database": {"type": "string"}}},
+    }
+    responses = {name: _json(_ref("Error"), text) for name, text in (
+        ("BadRequest", "bad input; nothing was written"), ("Unauthorized", "no valid token"),
+        ("Forbidden", "the read-only token, or a cross-site change"),
+        ("NotFound", "no such message, dead letter or route"),
+        ("TooLarge", f"the body is over {max_body:,} bytes"),
+        ("Unavailable", "the database is unreachable or has no queue table"))}
+
+    def op(summary: str, ok: dict, *, body: dict | None = None, params=(), errors=()) -> dict:
+        out = {"summary": summary, "parameters": list(params), "responses": {**ok,
+                                                                           **_errors(*errors)}}
+        if body is not None:
+            out["requestBody"] = {"required": True,
+                                  "content": {"application/json": {"schema": body}}}
+        return out
+
+    page_params = [{"name": "limit", "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 500}}]
+    offered = {"201": _json(_ref("Outcome"), "created"),
+               "200": _json(_ref("Outcome"), "updated, or ignored (nothing changed)")}
+    message_path = {
+        "put": op("Create the message if its key is absent", {
+            "201": _json(_ref("Outcome"), "created"),
+            "200": _json(_ref("Outcome"), "ignored: the key exists")},
+            body=_ref("MessageIn"), params=[queue, key], errors=[413]),
+        "post": op("Create or update the message", offered, body=_ref("MessageIn"),
+                   params=[queue, key], errors=[413]),
+        "get": op("The message's status", {"200": _json(_ref("Status"), "its status")},
+                  params=[queue, key]),
+        "delete": op("Delete the message", {"204": {"description": "deleted"}},
+                     params=[queue, key]),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "sqldelay", "version": "1",
+                 "description": "A durable delayed message queue over HTTP"},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/health": {"get": op("Whether the database answers", {
+                "200": _json(_ref("Health"), "it does")})},
+            "/v1/openapi.json": {"get": op("This document", {
+                "200": _json({"type": "object"}, "the document")})},
+            "/v1/throughput": {"get": op("Offered and acked per minute, as sampled", {
+                "200": _json(_ref("Throughput"), "the samples")})},
+            "/v1/queues": {"get": op("Every queue of the table with its counts", {
+                "200": _json(_ref("Queues"), "the queues")})},
+            "/v1/queues/{queue}": {"get": op("A queue's counts and flow control", {
+                "200": _json(_ref("Queue"), "the queue")}, params=[queue])},
+            "/v1/queues/{queue}/pause": {"post": op("Stop claims from the queue", {
+                "200": _json(_ref("Queue"), "paused")}, params=[queue])},
+            "/v1/queues/{queue}/resume": {"post": op("Let claims go on", {
+                "200": _json(_ref("Queue"), "resumed")}, params=[queue])},
+            "/v1/queues/{queue}/messages": {
+                "post": op("Offer a batch of messages, all or none", {
+                    "200": _json(_ref("Outcomes"), "the outcomes, in order")},
+                    body=_ref("BatchIn"), params=[queue], errors=[413]),
+                "get": op("A page of the queue's messages in one state", {
+                    "200": _json(_ref("Page"), "the page")}, params=[
+                    queue, {"name": "state", "in": "query",
+                            "schema": {"enum": ["due", "scheduled", "in_flight"]}},
+                    {"name": "prefix", "in": "query",
+                     "schema": {"type": "string", "maxLength": KEY_LENGTH}},
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                    *page_params])},
+            "/v1/queues/{queue}/messages/{key}": message_path,
+            "/v1/queues/{queue}/dead-letters": {"get": op("A page of the queue's dead letters", {
+                "200": _json(_ref("DeadLetterPage"), "the page")}, params=[
+                queue, *page_params, {"name": "offset", "in": "query",
+                                      "schema": {"type": "integer", "minimum": 0}}])},
+            "/v1/queues/{queue}/dead-letters/requeue": {"post": op(
+                "Put dead letters back in the queue, due now", {
+                    "200": _json(_ref("Count"), "how many went back ('requeued')")},
+                body=selection, params=[queue], errors=[413])},
+            "/v1/queues/{queue}/dead-letters/drop": {"post": op(
+                "Delete dead letters for good", {
+                    "200": _json(_ref("Count"), "how many were deleted ('dropped')")},
+                body=selection, params=[queue], errors=[413])},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": schemas,
+            "responses": responses,
+        },
+    }

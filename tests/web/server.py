@@ -1,0 +1,67 @@
+"""A real uvicorn server on a loopback port, in a thread of the test process, serving
+``sqldelay.web.create_app`` over the target database through its async driver."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import uvicorn
+
+from sqldelay.engines import async_url, create_async_engine
+from sqldelay.web import create_app
+
+TOKEN = "admin-token-0123456789"
+READ_ONLY_TOKEN = "reader-token-0123456789"
+
+
+class Server:
+    """``create_app`` served on 127.0.0.1 at a free port; ``url`` is its root."""
+
+    def __init__(self, backend_url: str, table_name: str, **app_kwargs) -> None:
+        self._backend_url = backend_url
+        self._table = table_name
+        self._kwargs = {"token": TOKEN, "read_only_token": READ_ONLY_TOKEN, **app_kwargs}
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._server: uvicorn.Server | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="uvicorn")
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # reported by start()
+            self._error = exc
+
+    async def _serve(self) -> None:
+        pool = {} if self._backend_url.startswith("sqlite") else {"pool_size": 10,
+                                                                   "max_overflow": 10}
+        engine = create_async_engine(async_url(self._backend_url), **pool)
+        app = create_app(engine, table_name=self._table, **self._kwargs)
+        self.app = app
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        try:
+            await self._server.serve(sockets=[self._sock])
+        finally:
+            await engine.dispose()
+
+    def start(self) -> Server:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not (self._server is not None and self._server.started):
+            if self._error is not None:
+                raise self._error
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self._thread.join(timeout=30)
+        self._sock.close()

@@ -1,0 +1,328 @@
+"""The REST API through a real uvicorn server, on every database: each endpoint, each error,
+and that a refused request writes nothing. What is checked through the library (a blocking
+DelayedQueue on the same table) is what a user would see there."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from sqldelay import DeadLetters, DelayedQueue
+
+from ..conftest import unique_name
+
+
+@pytest.fixture
+def q(engine, table_name):
+    """The library's view of a fresh queue on the server's table."""
+    return DelayedQueue(engine, unique_name("web"), table_name=table_name)
+
+
+def url(q, key=None):
+    base = f"/v1/queues/{q.name}/messages"
+    return base if key is None else f"{base}/{key}"
+
+
+def when(text):
+    return datetime.fromisoformat(text)
+
+
+def test_put_creates_once_post_updates_delete_removes(http, q):
+    r = http.put(url(q, "a"), json={"payload": {"n": 1}, "delay": 3600})
+    assert (r.status_code, r.json()) == (201, {"queue": q.name, "key": "a",
+                                               "outcome": "created"})
+    r = http.put(url(q, "a"), json={"payload": {"n": 2}})
+    assert (r.status_code, r.json()["outcome"]) == (200, "ignored")
+    assert q.get("a").payload == {"n": 1}  # PUT never replaces
+
+    r = http.post(url(q, "a"), json={"payload": {"n": 3}, "delay": "PT2H", "priority": 5})
+    assert (r.status_code, r.json()["outcome"]) == (200, "updated")
+    stored = q.get("a")
+    assert (stored.payload, stored.priority) == ({"n": 3}, 5)
+    same = {"payload": {"n": 3}, "at": stored.scheduled_at.isoformat(), "priority": 5}
+    assert http.post(url(q, "a"), json=same).json()["outcome"] == "ignored"
+    r = http.post(url(q, "b/with/slashes"), json={"payload": [1, 2], "group": "g"})
+    assert (r.status_code, r.json()["outcome"]) == (201, "created")
+    assert q.get("b/with/slashes").group == "g"
+
+    assert http.delete(url(q, "a")).status_code == 204
+    assert q.get("a") is None
+    r = http.delete(url(q, "a"))
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_due_times_from_at_and_delay(http, q):
+    http.put(url(q, "at"), json={"payload": 1, "at": "2031-05-06T07:08:09.250+02:00"})
+    assert q.get("at").scheduled_at == datetime(2031, 5, 6, 5, 8, 9, 250000, tzinfo=UTC)
+    for key, delay, seconds in (("n", 90, 90), ("f", 0.5, 0.5), ("iso", "P1DT2H3M4.5S",
+                                                                 93784.5)):
+        before = datetime.now(UTC)
+        assert http.put(url(q, key), json={"payload": 1, "delay": delay}).status_code == 201
+        after = datetime.now(UTC)
+        due = q.get(key).scheduled_at
+        assert (before + timedelta(seconds=seconds) - timedelta(milliseconds=1) <= due
+                <= after + timedelta(seconds=seconds))
+    before = datetime.now(UTC)
+    http.put(url(q, "now"), json={"payload": 1})
+    assert before - timedelta(milliseconds=1) <= q.get("now").scheduled_at <= datetime.now(UTC)
+
+
+def test_status_follows_the_message_through_its_states(http, engine, table_name, q):
+    assert http.get(url(q, "k")).status_code == 404
+    http.put(url(q, "k"), json={"payload": {"a": 1}, "delay": 3600})
+    status = http.get(url(q, "k")).json()
+    assert (status["state"], status["payload"], status["attempt"]) == ("scheduled",
+                                                                        {"a": 1}, 0)
+    assert when(status["due_at"]) == q.get("k").scheduled_at
+
+    http.post(url(q, "k"), json={"payload": {"a": 2}})
+    assert http.get(url(q, "k")).json()["state"] == "due"
+
+    env = q.poll(by="consumer-7")
+    status = http.get(url(q, "k")).json()
+    assert (status["state"], status["attempt"]) == ("in_flight", 1)
+    assert when(status["locked_until"]) == when(status["due_at"]) == env.locked_until
+    assert when(status["scheduled_at"]) == env.scheduled_at
+
+    env.release(delay=timedelta(hours=1), error="retry later")  # waits for its retry
+    status = http.get(url(q, "k")).json()
+    assert (status["state"], status["locked_until"]) == ("scheduled", None)
+    assert when(status["due_at"]) - datetime.now(UTC) > timedelta(minutes=59)
+    listed = http.get(url(q), params={"state": "scheduled"}).json()["messages"]
+    assert [(m["key"], m["state"]) for m in listed] == [("k", "scheduled")]
+    assert q.poll() is None
+    http.post(url(q, "k"), json={"payload": {"a": 2}})  # due now again
+    env = q.poll(by="consumer-7")
+
+    DeadLetters.of(q).bury(env, "RuntimeError: boom")
+    status = http.get(url(q, "k")).json()
+    assert (status["state"], status["attempts"], status["payload"]) == ("dead_lettered", 1,
+                                                                        {"a": 2})
+    assert status["last_error"] == "RuntimeError: boom"
+
+
+def test_a_batch_answers_in_order_and_is_all_or_nothing(http, q):
+    body = {"messages": [{"key": "a", "payload": 1}, {"key": "b", "payload": 2, "delay": 60},
+                         {"key": "a", "payload": 3}, {"key": "c", "payload": 4,
+                                                      "update": False}]}
+    r = http.post(url(q), json=body)
+    assert (r.status_code, r.json()["outcomes"]) == (200, ["created", "created", "updated",
+                                                           "created"])
+    assert q.get("a").payload == 3
+    r = http.post(url(q), json={"messages": [{"key": "c", "payload": 9, "update": False},
+                                             {"key": "d", "payload": 1}]})
+    assert r.json()["outcomes"] == ["ignored", "created"]
+
+    bad = {"messages": [{"key": "e", "payload": 1}, {"key": "f", "payload": 2,
+                                                     "at": "2030-01-01T00:00:00"}]}
+    r = http.post(url(q), json=bad)
+    assert r.status_code == 400
+    assert r.json()["error"] | {"message": ""} == {"code": "naive_timestamp",
+                                                   "field": "messages[1].at", "message": ""}
+    assert q.get("e") is None
+
+    too_many = {"messages": [{"key": f"k{i}", "payload": i} for i in range(1001)]}
+    r = http.post(url(q), json=too_many)
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "batch_too_large")
+    assert q.get("k0") is None
+
+
+BAD_OFFERS = [
+    # (what, key, body as text, status, code, field)
+    ("malformed JSON", "k", '{"payload": ', 400, "malformed_json", "body"),
+    ("NaN", "k", '{"payload": NaN}', 400, "malformed_json", "body"),
+    ("no body", "k", "", 400, "missing_body", "body"),
+    ("not an object", "k", "[1]", 400, "not_an_object", "body"),
+    ("missing payload", "k", '{"delay": 1}', 400, "missing_field", "payload"),
+    ("unknown field", "k", '{"payload": 1, "dealy": 1}', 400, "unknown_field", "dealy"),
+    ("naive timestamp", "k", '{"payload": 1, "at": "2030-01-01T10:00:00"}', 400,
+     "naive_timestamp", "at"),
+    ("not a timestamp", "k", '{"payload": 1, "at": "tomorrow"}', 400, "invalid_timestamp",
+     "at"),
+    ("negative delay", "k", '{"payload": 1, "delay": -1}', 400, "negative_delay", "delay"),
+    ("negative duration", "k", '{"payload": 1, "delay": "-PT1S"}', 400, "negative_delay",
+     "delay"),
+    ("months", "k", '{"payload": 1, "delay": "P1M"}', 400, "invalid_delay", "delay"),
+    ("endless delay", "k", '{"payload": 1, "delay": 1e300}', 400, "invalid_delay", "delay"),
+    ("both", "k", '{"payload": 1, "at": "2030-01-01T10:00:00Z", "delay": 1}', 400,
+     "conflicting_fields", "delay"),
+    ("priority", "k", '{"payload": 1, "priority": 1.5}', 400, "invalid", "priority"),
+    ("empty group", "k", '{"payload": 1, "group": ""}', 400, "invalid", "group"),
+    ("long key", "k" * 201, '{"payload": 1}', 400, "invalid_key", "key"),
+    ("NUL in key", "a%00b", '{"payload": 1}', 400, "invalid_key", "key"),
+    ("lone surrogate", "k", '{"payload": "\\ud800"}', 400, "invalid_payload", "payload"),
+]
+
+
+@pytest.mark.parametrize(("what", "key", "body", "status", "code", "field"), BAD_OFFERS,
+                         ids=[b[0] for b in BAD_OFFERS])
+def test_bad_offers_are_refused_naming_the_field_and_write_nothing(http, q, what, key, body,
+                                                                   status, code, field):
+    for method in ("PUT", "POST"):
+        r = http.request(method, url(q, key), content=body.encode())
+        assert r.status_code == status, r.text
+        error = r.json()["error"]
+        assert (error["code"], error["field"]) == (code, field)
+        assert error["message"]
+    stats = q.stats()
+    assert stats.due + stats.scheduled + stats.in_flight == 0
+
+
+def test_a_queue_name_the_library_refuses_is_a_400(http):
+    r = http.put(f"/v1/queues/{'q' * 61}/messages/k", json={"payload": 1})
+    assert (r.status_code, r.json()["error"]["code"], r.json()["error"]["field"]) == (
+        400, "invalid_queue", "queue")
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read_whole(http, q):
+    big = b'{"payload": "' + b"x" * (1024 * 1024) + b'"}'
+    r = http.put(url(q, "k"), content=big)
+    assert (r.status_code, r.json()["error"]["code"]) == (413, "body_too_large")
+
+    def chunks():  # no Content-Length: the limit holds while the body streams in
+        yield big[:1000]
+        yield big[1000:]
+
+    r = http.put(url(q, "k"), content=chunks())
+    assert (r.status_code, r.json()["error"]["code"]) == (413, "body_too_large")
+    assert q.get("k") is None
+
+
+def test_queues_and_their_counts(http, q):
+    q.offer("due", 1)
+    q.offer("later", 1, at=datetime.now(UTC) + timedelta(hours=1))
+    q.offer("taken", 1, at=datetime.now(UTC) - timedelta(seconds=5))
+    q.poll()  # takes "taken", the earliest due
+    listed = {s["queue"]: s for s in http.get("/v1/queues").json()["queues"]}
+    mine = listed[q.name]
+    assert (mine["due"], mine["scheduled"], mine["in_flight"], mine["dead_letters"],
+            mine["payload_type"]) == (1, 1, 1, 0, "json")
+    one = http.get(f"/v1/queues/{q.name}").json()
+    assert (one["due"], one["scheduled"], one["in_flight"], one["paused"]) == (1, 1, 1, False)
+    assert one["oldest_due_age_seconds"] >= 0
+
+
+def test_browse_by_state_and_prefix_page_by_page(http, q):
+    later = datetime.now(UTC) + timedelta(hours=1)
+    for i in range(5):
+        q.offer(f"user:{i}", i)
+    q.offer("other", 9)
+    q.offer("user:later", 1, at=later)
+    seen, after = [], None
+    while True:
+        params = {"state": "due", "prefix": "user:", "limit": 2}
+        if after:
+            params["after"] = after
+        page = http.get(url(q), params=params).json()
+        seen += [m["key"] for m in page["messages"]]
+        after = page["next_after"]
+        if after is None:
+            break
+    assert seen == [f"user:{i}" for i in range(5)]
+    scheduled = http.get(url(q), params={"state": "scheduled"}).json()["messages"]
+    assert [m["key"] for m in scheduled] == ["user:later"]
+    for params, field in (({"state": "dead"}, "state"), ({"limit": "0"}, "limit"),
+                          ({"after": "nonsense"}, "after")):
+        r = http.get(url(q), params=params)
+        assert (r.status_code, r.json()["error"]["field"]) == (400, field)
+
+
+def test_dead_letters_list_requeue_and_drop(http, q, engine, table_name):
+    other = DelayedQueue(engine, unique_name("web"), table_name=table_name)
+    for key in ("a", "b", "c", "d"):
+        q.offer(key, {"k": key})
+        DeadLetters.of(q).bury(q.poll(), f"failed {key}")
+    other.offer("x", 1)
+    DeadLetters.of(other).bury(other.poll(), "failed x")
+    base = f"/v1/queues/{q.name}/dead-letters"
+    page = http.get(base, params={"limit": 3}).json()
+    assert ([d["key"] for d in page["dead_letters"]], page["total"]) == (["a", "b", "c"], 4)
+    rest = http.get(base, params={"limit": 3, "offset": 3}).json()["dead_letters"]
+    assert [d["key"] for d in rest] == ["d"]
+    ids = {d["key"]: d["id"] for d in page["dead_letters"] + rest}
+
+    assert http.post(base + "/requeue", json={"ids": [ids["a"]]}).json() == {"requeued": 1}
+    assert q.get("a").payload == {"k": "a"}
+    assert http.post(base + "/drop", json={"ids": [ids["b"], ids["c"]]}).json() == {
+        "dropped": 2}
+    other_id = DeadLetters.of(other).ids(other.name)[0]
+    for body, status, code in (({"ids": [other_id]}, 404, "not_found"),
+                               ({"ids": []}, 400, "invalid_selection"),
+                               ({"ids": ["1"]}, 400, "invalid_selection"),
+                               ({"all": False}, 400, "invalid_selection"),
+                               ({}, 400, "invalid_selection")):
+        r = http.post(base + "/drop", json=body)
+        assert (r.status_code, r.json()["error"]["code"]) == (status, code), body
+    assert DeadLetters.of(other).count(other.name) == 1
+    assert http.post(base + "/requeue", json={"all": True}).json() == {"requeued": 1}
+    assert q.contains("d") and http.get(base).json()["total"] == 0
+
+
+def test_pause_and_resume(http, q):
+    q.offer("k", 1)
+    r = http.post(f"/v1/queues/{q.name}/pause")
+    assert (r.status_code, r.json()["paused"]) == (200, True)
+    assert q.flow_control().paused and q.poll() is None
+    assert http.post(f"/v1/queues/{q.name}/resume").json()["paused"] is False
+    assert q.poll().key == "k"
+
+
+def test_health_and_unknown_routes(http):
+    assert http.get("/v1/health").json() == {"status": "ok", "database": "ok"}
+    r = http.get("/v1/nothing-here")
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+    r = http.delete("/v1/queues")
+    assert (r.status_code, r.json()["error"]["code"]) == (405, "method_not_allowed")
+
+
+def test_tokens(anonymous, reader, http, server, q):
+    for client, token in ((anonymous, None), (anonymous, "wrong-token-0123456789"),
+                          (anonymous, "admin-token-0123456788")):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        for method, path in (("GET", "/v1/queues"), ("GET", "/v1/openapi.json"),
+                             ("PUT", url(q, "k")), ("GET", "/v1/health")):
+            r = client.request(method, path, headers=headers, json={"payload": 1})
+            assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
+            assert r.headers["www-authenticate"] == "Bearer"
+    assert reader.get("/v1/queues").status_code == 200
+    for method, path in (("PUT", url(q, "k")), ("POST", url(q, "k")), ("DELETE", url(q, "k")),
+                         ("POST", url(q)), ("POST", f"/v1/queues/{q.name}/pause")):
+        r = reader.request(method, path, json={"payload": 1})
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "read_only")
+    assert q.get("k") is None and not q.flow_control().paused
+
+
+def test_the_session_cookie_needs_the_csrf_token_and_this_origin_for_changes(anonymous,
+                                                                            server, q):
+    page = anonymous.post("/login", data={"token": "admin-token-0123456789"})
+    assert page.status_code == 303
+    cookies = dict(anonymous.cookies)
+    assert cookies  # the session
+    assert anonymous.get("/v1/queues").status_code == 200  # reads need the cookie alone
+    csrf = server.app.state.tokens.csrf("admin-token-0123456789")
+    body = {"payload": 1}
+    r = anonymous.put(url(q, "k"), json=body)
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "csrf")
+    r = anonymous.put(url(q, "k"), json=body, headers={"X-CSRF-Token": csrf,
+                                                       "Origin": "http://evil.example"})
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "cross_origin")
+    assert q.get("k") is None
+    r = anonymous.put(url(q, "k"), json=body, headers={"X-CSRF-Token": csrf,
+                                                       "Origin": server.url})
+    assert r.status_code == 201
+    assert anonymous.post("/login", data={"token": "nope"}).status_code == 401
+
+
+def test_the_dashboard_page_shows_nothing_without_a_token(anonymous, http):
+    login = anonymous.get("/")
+    assert login.status_code == 200 and 'name="token"' in login.text
+    assert "csrf-token" not in login.text
+    assert "frame-ancestors 'none'" in login.headers["content-security-policy"]
+    page = http.get("/")
+    assert 'name="csrf-token"' in page.text and 'name="role" content="admin"' in page.text
+    script = anonymous.get("/assets/dashboard.js")  # the package's own files, no data
+    assert script.status_code == 200 and "text/javascript" in script.headers["content-type"]
+    assert anonymous.get("/assets/nothing.js").status_code == 404
+    assert anonymous.get("/v1/throughput").status_code == 401
+    assert http.get("/v1/throughput").json()["problem"] is None  # the table keeps history

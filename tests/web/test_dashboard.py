@@ -1,0 +1,128 @@
+"""The dashboard in a real browser (Debian's chromium driven by Playwright): sign in with the
+token, watch a queue's counts change after offers made through the library, find a message
+by key, pause and resume, requeue a dead letter by clicking, see the throughput chart move;
+the read-only token sees no buttons that change anything."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sqldelay import DeadLetters, DelayedQueue
+
+from ..conftest import IN_CI, unique_name
+from .server import READ_ONLY_TOKEN, TOKEN
+
+CHROMIUM = Path(os.environ.get("SQLDELAY_TEST_CHROMIUM", "/usr/bin/chromium"))
+playwright = pytest.importorskip("playwright.sync_api")
+expect = playwright.expect
+expect.set_options(timeout=15_000)  # the page refreshes every 2 s; a busy machine is slower
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        message = f"no chromium at {CHROMIUM} (apt-get install chromium)"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=str(CHROMIUM))
+        yield launched
+        launched.close()
+
+
+def sign_in(browser, server, token):
+    page = browser.new_context(viewport={"width": 1200, "height": 1000}).new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(error))
+    page.goto(server.url + "/")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    expect(page.locator("#role")).to_be_visible()
+    return page, errors
+
+
+def row(page, queue):
+    return page.locator(f'#queues tbody tr[data-queue="{queue}"]')
+
+
+def test_operator_watches_finds_pauses_and_requeues(browser, server, engine, table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name, history=True)
+    page = browser.new_page()
+    page.goto(server.url + "/")
+    page.fill("#token", "not-the-token-at-all")
+    page.click("button[type=submit]")
+    expect(page.locator(".problem")).to_have_text("That token is not valid.")
+    page.close()
+
+    page, errors = sign_in(browser, server, TOKEN)
+    expect(page.locator("#role")).to_have_text("admin")
+    q.offer("order:1", {"item": "tea"})
+    expect(row(page, q.name).locator("td.due")).to_have_text("1")
+    q.offer("order:2", {"item": "cake"}, at=datetime.now(UTC) + timedelta(hours=1))
+    q.offer("order:3", {"item": "jam"})
+    expect(row(page, q.name).locator("td.due")).to_have_text("2")
+    expect(row(page, q.name).locator("td.scheduled")).to_have_text("1")
+
+    row(page, q.name).locator("a").click()
+    page.fill("#lookup-key", "order:2")
+    page.click("#lookup button")
+    expect(page.locator("#lookup-result")).to_contain_text("state: scheduled")
+    expect(page.locator("#lookup-result")).to_contain_text('"item":"cake"')
+    page.fill("#lookup-key", "order:404")
+    page.click("#lookup button")
+    expect(page.locator("#lookup-result")).to_have_text("no message order:404")
+
+    page.click("#pause")
+    expect(page.locator("#detail-paused")).to_be_visible()
+    assert q.flow_control().paused
+    page.click("#resume")
+    expect(page.locator("#detail-paused")).to_be_hidden()
+    assert not q.flow_control().paused
+
+    q.offer("broken", {"item": "?"}, at=datetime.now(UTC) - timedelta(hours=1))
+    envelope = q.poll()
+    assert envelope.key == "broken"
+    DeadLetters.of(q).bury(envelope, "ValueError: no such item")
+    q.poll().ack()  # order:1, acked: the chart's acked line moves
+    row(page, q.name).locator("a").click()  # opens the queue again, with its dead letters
+    letter = page.locator('#dead-letters tbody tr[data-key="broken"]')
+    expect(letter.locator("td.error")).to_have_text("ValueError: no such item")
+    letter.get_by_role("button", name="Requeue").click()
+    expect(letter).to_have_count(0)
+    assert q.get("broken").payload == {"item": "?"}
+
+    for key in ("order:1", "order:3"):  # two dead letters more, dropped together
+        q.offer(key, {"item": key}, at=datetime.now(UTC) - timedelta(hours=2))
+        DeadLetters.of(q).bury(q.poll(), "gone")
+    row(page, q.name).locator("a").click()
+    expect(page.locator("#dead-letters tbody tr")).to_have_count(2)
+    page.on("dialog", lambda dialog: dialog.accept())  # "Drop 2 dead letter(s) for good?"
+    page.check("#select-all")
+    page.click("#drop-selected")
+    expect(page.locator("#dead-letters tbody tr")).to_have_count(0)
+    assert DeadLetters.of(q).count(q.name) == 0
+
+    chart = page.locator("#chart")
+    expect(chart).to_have_attribute("data-offered", re.compile(r"^[4-9]|\d\d"))
+    expect(chart).to_have_attribute("data-acked", re.compile(r"^[1-9]"))
+    assert errors == []
+
+
+def test_the_read_only_token_sees_no_changing_buttons(browser, server, engine, table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("k", 1)
+    DeadLetters.of(q).bury(q.poll(), "boom")
+    page, errors = sign_in(browser, server, READ_ONLY_TOKEN)
+    expect(page.locator("#role")).to_have_text("read-only")
+    row(page, q.name).locator("a").click()
+    expect(page.locator('#dead-letters tbody tr[data-key="k"]')).to_have_count(1)
+    for hidden in ("#pause", "#resume", "#requeue-selected", "#drop-selected"):
+        expect(page.locator(hidden)).to_be_hidden()
+    expect(page.get_by_role("button", name="Requeue")).to_have_count(0)
+    assert errors == []
