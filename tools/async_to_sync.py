@@ -46,6 +46,7 @@ RENAMES = {
     "AsyncCronService": "CronService",
     "AsyncCronHandle": "CronHandle",
     "AsyncShardedQueue": "ShardedQueue",
+    "AsyncShardedCronService": "ShardedCronService",
     "AsyncInspector": "Inspector",
     "AsyncConnection": "Connection",
     "AsyncEngine": "Engine",

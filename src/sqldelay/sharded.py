@@ -18,6 +18,8 @@ import sqlalchemy as sa
 
 from .checks import check_positive_int
 from .concurrency import run_op, side_by_side
+from .cron import CronService
+from .cron_base import CronMessage, InstalledSchedule, check_hash, check_prefix, tick_key
 from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .history import HistoryEvent
@@ -53,6 +55,11 @@ class ShardedQueue(ShardedBase):
             if error is None or error is exc:
                 raise
             raise error from exc
+
+    def cron(self, *, refresh: timedelta = timedelta(minutes=1)) -> ShardedCronService:
+        """Recurring messages of this queue, each tick on the shard its key routes to:
+        ``q.cron().install_cron("nightly", "0 2 * * *")``."""
+        return ShardedCronService(self, refresh=refresh)
 
     def _everywhere(self, method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Call ``method`` on every shard (the old ones too) side by side; the results by
@@ -353,3 +360,85 @@ class ShardedQueue(ShardedBase):
                 run_op(conn, delete_ids_op(source, ids))
             conn.commit()
         return len(rows), (rows[-1].id if rows else after), copied, there
+
+
+class ShardedCronService(CronService):
+    """Recurring messages of a sharded queue. Each tick is stored on the shard its key routes
+    to, as an offer would put it, so ``get`` and ``contains`` find it and resharding moves it
+    like any message. Installing a changed configuration and uninstalling delete on every
+    shard (the old ones of ``previous=`` too), one transaction per shard: a shard that cannot
+    be reached fails the call with ShardUnavailableError, and the next install (the
+    background installer's, at the latest) completes it."""
+
+    def __init__(self, queue: ShardedQueue, *,
+                 refresh: timedelta = timedelta(minutes=1)) -> None:
+        # the clock and checks of one shard: every shard holds the same queue
+        super().__init__(next(iter(queue.shards.values())), refresh=refresh)
+        self.sharded = queue
+        self._shards = {name: CronService(shard, refresh=refresh)
+                        for name, shard in queue.consumed_shards().items()}
+
+    def _each(self, calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+        results = side_by_side([partial(self.sharded._on, name, call)
+                                for name, call in calls.items()])
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return dict(zip(calls, results, strict=True))
+
+    def install_tick(self, config_hash: str, prefix: str,
+                     messages: Sequence[CronMessage]) -> list[OfferOutcome]:
+        """Store ``messages`` as configuration ``config_hash`` of ``prefix``, each on its
+        key's shard, after deleting the other configurations' not-yet-due ticks on every
+        shard. Outcomes are in input order."""
+        self.install_tick_op(config_hash, prefix, messages)  # checks all before any shard
+        parts: dict[str, list[int]] = {name: [] for name in self._shards}
+        for i, m in enumerate(messages):
+            parts[self.sharded.route(tick_key(prefix, config_hash, m.at))].append(i)
+        results = self._each({
+            name: partial(self._shards[name].install_tick, config_hash, prefix,
+                          [messages[i] for i in positions])
+            for name, positions in parts.items()})
+        outcomes: list[OfferOutcome | None] = [None] * len(messages)
+        for name, positions in parts.items():
+            for i, outcome in zip(positions, results[name], strict=True):
+                outcomes[i] = outcome
+        return outcomes
+
+    def uninstall_tick(self, config_hash: str, prefix: str) -> int:
+        """Delete configuration ``config_hash``'s stored ticks on every shard but those a
+        consumer holds; how many went."""
+        check_prefix(prefix)
+        check_hash(config_hash)
+        return sum((self._each({
+            name: partial(service.uninstall_tick, config_hash, prefix)
+            for name, service in self._shards.items()})).values())
+
+    def uninstall(self, prefix: str) -> int:
+        """Stop this process's installer of ``prefix`` and delete every stored tick under it
+        on every shard but those a consumer holds; how many went."""
+        check_prefix(prefix)
+        with self._lock:
+            handle = self._handles.pop(prefix, None)
+            if handle is not None:
+                handle.close()
+            return sum((self._each({
+                name: partial(service.uninstall, prefix)
+                for name, service in self._shards.items()})).values())
+
+    def list(self, prefix: str | None = None) -> list[InstalledSchedule]:
+        """The configurations stored on any shard, merged: the earliest next tick, and the
+        pending and in-flight ticks of every shard."""
+        found: dict[tuple[str, str], list[InstalledSchedule]] = {}
+        for listed in (self._each({
+                name: partial(service.list, prefix)
+                for name, service in self._shards.items()})).values():
+            for schedule in listed:
+                found.setdefault((schedule.prefix, schedule.config_hash), []).append(schedule)
+        merged = []
+        for (name, config_hash), parts in sorted(found.items()):
+            times = [p.next_at for p in parts if p.next_at is not None]
+            merged.append(InstalledSchedule(name, config_hash, min(times) if times else None,
+                                            sum(p.pending for p in parts),
+                                            sum(p.in_flight for p in parts)))
+        return merged

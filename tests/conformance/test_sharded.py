@@ -38,6 +38,7 @@ from sqldelay import (
     drop_schema,
     shard_name,
 )
+from sqldelay.cron_base import tick_key
 from sqldelay.sharded_base import copy_op
 
 from ..conftest import IN_CI, MYSQL_URL, PG_URL, _reachable, unique_name
@@ -143,6 +144,27 @@ def test_flow_control_fans_out_to_every_shard(sharded):
     assert sharded.poll() is None
     sharded.resume()
     assert sharded.poll().key == "p"
+
+
+def test_cron_ticks_live_on_their_keys_shards_and_a_new_configuration_replaces_them(sharded):
+    cron = sharded.cron()
+    handle = cron.install_periodic("beat", timedelta(minutes=1), payload={"v": 1}, ahead=60)
+    handle.close()  # the first install is done; no background installer in the test
+    [schedule] = cron.list("beat")
+    assert (schedule.pending, schedule.in_flight) == (60, 0)
+    per_shard = sharded.shard_stats()
+    assert sum(s.scheduled for s in per_shard.values()) == 60
+    assert sum(1 for s in per_shard.values() if s.scheduled) >= 2  # spread like offers
+    assert sharded.next_due() == schedule.next_at
+    assert sharded.contains(tick_key("beat", schedule.config_hash, schedule.next_at))
+
+    # a changed payload is a new configuration: the old one's ticks go on every shard
+    cron.install_periodic("beat", timedelta(minutes=1), payload={"v": 2}, ahead=60).close()
+    [changed] = cron.list("beat")
+    assert changed.config_hash != schedule.config_hash and changed.pending == 60
+    assert sum(s.scheduled for s in sharded.shard_stats().values()) == 60
+    assert cron.uninstall("beat") == 60
+    assert cron.list("beat") == [] and sharded.stats().scheduled == 0
 
 
 def test_offers_of_colliding_keys_from_four_producers_are_acked_once_per_creation(sharded):

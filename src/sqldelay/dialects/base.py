@@ -403,6 +403,19 @@ class QueueDao(FlowControl):
         self.mark_claimed(conn, [r[0] for r in picked], lock, until_ms, actor)
         return [self.claimed_row(r) for r in picked]
 
+    def claim_returning(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                        lock: str, until_ms: int, where: Sequence[str], actor: str | None,
+                        row: Callable[[Sequence], ClaimedRow]) -> list[ClaimedRow]:
+        """The claim where it is one statement (the dialect's ``_claim_statement``) that
+        returns the claimed rows, ``row`` making each a ClaimedRow: put in claim order, as
+        RETURNING and OUTPUT give them in none of their own."""
+        values = {"b_kind": pkind, "b_now": now_ms, "limit": limit, "lock": lock,
+                  "until": until_ms}
+        if actor is not None:
+            values["actor"] = actor
+        result = conn.execute(self._claim_statement(tuple(where), actor is not None), values)
+        return sorted((row(r) for r in result), key=lambda r: (-r.priority, r.due_ms, r.id))
+
     def mark_claimed(self, conn: sa.Connection, ids: Sequence[int], lock: str,
                      until_ms: int, actor: str | None) -> None:
         stmt = self._mark_claimed[actor is not None]

@@ -161,14 +161,8 @@ class MSSQLQueueDao(QueueDao):
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                     lock: str, until_ms: int, where: Sequence[str],
                     actor: str | None = None) -> list[ClaimedRow]:
-        values = {"limit": limit, "b_kind": pkind, "b_now": now_ms, "lock": lock,
-                  "until": until_ms}
-        if actor is not None:
-            values["actor"] = actor
-        result = conn.execute(self._claim_statement(tuple(where), actor is not None), values)
-        rows = [ClaimedRow(r[0], r[1], bytes(r[2]), *r[3:]) for r in result]
-        rows.sort(key=lambda r: (-r.priority, r.due_ms, r.id))  # OUTPUT has no order of its own
-        return rows
+        return self.claim_returning(conn, pkind, now_ms, limit, lock, until_ms, where, actor,
+                                    lambda r: ClaimedRow(r[0], r[1], bytes(r[2]), *r[3:]))
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence]:

@@ -368,11 +368,5 @@ class PostgresQueueDao(QueueDao):
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                     lock: str, until_ms: int, where: Sequence[str],
                     actor: str | None = None) -> list[ClaimedRow]:
-        values = {"b_kind": pkind, "b_now": now_ms, "limit": limit, "lock": lock,
-                  "until": until_ms}
-        if actor is not None:
-            values["actor"] = actor
-        result = conn.execute(self._claim_statement(tuple(where), actor is not None), values)
-        rows = [ClaimedRow(*r) for r in result]
-        rows.sort(key=lambda r: (-r.priority, r.due_ms, r.id))  # RETURNING has no order
-        return rows
+        return self.claim_returning(conn, pkind, now_ms, limit, lock, until_ms, where, actor,
+                                    lambda r: ClaimedRow(*r))
