@@ -88,6 +88,9 @@ def register(sub) -> None:
                    help="seconds running handlers get to finish on shutdown")
     p.add_argument("--drain", action="store_true",
                    help="exit once nothing is due instead of waiting for more")
+    p.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="run the worker in N forked processes that share nothing but the "
+                        "database (POSIX; not with --drain or --metrics-port)")
     p.add_argument("--otel", action="store_true",
                    help="OpenTelemetry spans of claims, handlers and acks, from the global "
                         "tracer provider (needs sqldelay[otel]; configure the SDK yourself, "
@@ -180,6 +183,9 @@ class _Counts(WorkerListener):
 
 def run_worker(args: argparse.Namespace) -> int:
     handler = load_handler(args.handler)
+    if args.processes > 1 and (args.drain or args.metrics_port is not None):
+        raise CliError("--processes runs the worker in several processes until it is stopped: "
+                       "not with --drain (one process) or --metrics-port (per process)")
     if args.retry_factor < 1:
         raise CliError("--retry-factor must be at least 1")
     retry = RetryPolicy.exponential(args.retry_delay, args.retry_factor,
@@ -193,7 +199,7 @@ def run_worker(args: argparse.Namespace) -> int:
                 "mode": ProcessingMode.TRANSACTIONAL if args.transactional
                 else ProcessingMode.AT_LEAST_ONCE,
                 "idle_poll": args.idle_poll, "grace_period": args.grace,
-                "heartbeat": args.heartbeat}
+                "heartbeat": args.heartbeat, "processes": args.processes}
     url = database_url(args)
     if inspect.iscoroutinefunction(handler) or is_async_url(url):
         # an async def handler, or an async driver in the URL: the asyncio worker
@@ -216,7 +222,7 @@ def run_worker(args: argparse.Namespace) -> int:
             else:
                 worker.run()
         finally:
-            _stopped(counts)
+            _stopped(counts, worker)
     finally:
         if metrics is not None:
             metrics.shutdown()
@@ -281,7 +287,7 @@ async def _run_async_worker(args: argparse.Namespace, names: list[str], handler:
             else:
                 await worker.run()
         finally:
-            _stopped(counts)
+            _stopped(counts, worker)
     finally:
         if metrics is not None:
             metrics.shutdown()
@@ -300,7 +306,10 @@ def _started(args: argparse.Namespace, worker) -> None:
              wake)
 
 
-def _stopped(counts: _Counts) -> None:
+def _stopped(counts: _Counts, worker) -> None:
+    if worker.processes > 1:  # each process counted its own messages
+        log.info("worker stopped: its %d processes have finished", worker.processes)
+        return
     log.info("worker stopped: %d handled, %d failed and retried later, %d dead-lettered",
              counts.ok, counts.retried, counts.buried)
 

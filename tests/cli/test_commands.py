@@ -201,6 +201,13 @@ def test_worker_says_what_it_runs_and_what_it_did(backend_url, engine, table_nam
     assert f"queue(s) {name}" in started and "concurrency 1" in started
     assert "2 handled" in stopped
     assert queue.contains("later") and not queue.contains("a")
+    # several processes run until stopped: not a drain in one process
+    assert "--processes" in fails("worker", "builtins:repr", "--url", backend_url,
+                                  "--table", table_name, "--queue", name, "--drain",
+                                  "--processes", "2", run=here)
+    assert "processes must be a positive integer" in fails(
+        "worker", "builtins:repr", "--url", backend_url, "--table", table_name,
+        "--queue", name, "--processes", "0", run=here)
 
 
 def test_dead_letters_unknown_ids_and_listing(backend_url, engine, table_name):

@@ -140,23 +140,6 @@ def test_worker_processes_handle_each_of_20000_messages_exactly_once(make_queue,
     assert len(list(out.parent.glob(f"{out.name}.*"))) >= 2, "only one process did any work"
 
 
-FORKING_WORKER = """
-import sys
-from sqldelay import AsyncDelayedQueue, AsyncWorker, DelayedQueue, Worker
-from sqldelay.engines import create_async_engine, create_engine
-from tests.conformance.test_worker_processes import record, record_async
-
-url, table, queue, front = sys.argv[1:]
-if front == "async":
-    import asyncio
-    q = AsyncDelayedQueue(create_async_engine(url), queue, table_name=table)
-    asyncio.run(AsyncWorker(q, record_async, processes=2, batch_size=10).run())
-else:
-    q = DelayedQueue(create_engine(url), queue, table_name=table)
-    Worker(q, record, processes=2, batch_size=10).run()
-"""
-
-
 def _children(parent: int) -> set[int]:
     """The processes whose parent is ``parent`` (from /proc)."""
     found = set()
@@ -176,10 +159,9 @@ def test_a_worker_of_two_processes_shares_the_queue_and_ends_with_its_parent(
     first = [f"a{i}" for i in range(200)]
     q.offer_many([Message(k, i) for i, k in enumerate(first)])
     out = tmp_path / "out"
-    parent = subprocess.Popen(
-        [sys.executable, "-c", FORKING_WORKER, url_for(target, backend_url), table_name,
-         q.name, "async" if target.is_async else "sync"],
-        cwd=ROOT, env={**os.environ, "SQLDELAY_TEST_OUT": str(out)})
+    parent = worker_process(url_for(target, backend_url), table_name, q.name,
+                            handler_for(target, "record"), out,
+                            "--processes", "2", "--batch-size", "10")
     try:
         wait_for(lambda: len(_children(parent.pid)) == 2, what="two worker processes")
         wait_for(lambda: q.stats().due + q.stats().in_flight == 0, what="the first messages")
