@@ -200,6 +200,15 @@ def test_history_statements_parse(dao):
     assert recorded["prune 0"].startswith("SELECT TOP 500 dq_history.id")
 
 
+def test_freeing_many_groups_stays_under_the_parameter_limit(dao):
+    # an ack_many of grouped messages frees their groups: the names go into two IN-lists
+    conn = RecordingConnection(DIALECT)
+    dao.free_groups(conn, "q|json", "lock-1", [f"g{i}" for i in range(2500)])
+    sizes = [len(stmt.compile(dialect=DIALECT).construct_expanded_state(params or {})
+                 .parameters) for stmt, params in conn.executed]
+    assert len(sizes) == 6 and max(sizes) < PARAMETER_LIMIT
+
+
 def test_ack_many_splits_ids_under_the_parameter_limit(dao):
     conn = RecordingConnection(DIALECT, rowcount=1)
     ids = list(range(4500))

@@ -228,7 +228,8 @@ class FlowControl:
         """Free the groups ``lock`` holds (an ack, a release, a dead letter), and drop the rows
         of those that have no message left."""
         t, g = self.table, self.groups
-        for part in chunked(sorted(set(groups)), self.in_list_max):
+        # the names go in twice (the groups and their remaining messages): half a list each
+        for part in chunked(sorted(set(groups)), self.in_list_max // 2):
             conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key.in_(part),
                                             g.c.lock_uuid == lock)
                          .values(claimed_until=None, lock_uuid=None))
