@@ -185,14 +185,19 @@ class FlowControl:
         grouped = []
         if heads:
             # 2. the groups' rows, made if absent, locked if free: another claim holding one
-            # is skipped, so no two claims ever work on one group at once
-            names = sorted(heads)
-            self.insert_absent(conn, g, pkind, [{"group_key": n} for n in names])
+            # is skipped, so no two claims ever work on one group at once. In claim order, as
+            # many as are still wanted at a time: a claim that locked every candidate would
+            # leave concurrent claims nothing but groups it does not take
             free = g.c.claimed_until.is_(None) | (g.c.claimed_until <= now_ms)
-            won = [r.group_key for r in conn.execute(self.lock_rows(
-                sa.select(g.c.group_key).where(g.c.pkind == pkind,
-                                               g.c.group_key.in_(names), free)
-                .order_by(g.c.group_key), g, skip=True))]
+            candidates, won = list(heads), []
+            while candidates and len(won) < limit:
+                names = sorted(candidates[:limit - len(won)])
+                del candidates[:limit - len(won)]
+                self.insert_absent(conn, g, pkind, [{"group_key": n} for n in names])
+                won += [r.group_key for r in conn.execute(self.lock_rows(
+                    sa.select(g.c.group_key).where(g.c.pkind == pkind,
+                                                   g.c.group_key.in_(names), free)
+                    .order_by(g.c.group_key), g, skip=True))]
             # 3. the first due message of each group won, now that no other claim can touch
             # the group, in the group's own order: priority, then the due time the producer
             # asked for (a redelivery or a release keeps its place), locked
