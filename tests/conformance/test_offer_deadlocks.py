@@ -12,17 +12,23 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import DelayedQueue, Message, OfferOutcome
+from sqldelay import DelayedQueue, Message, OfferOutcome, create_schema, drop_schema
 from sqldelay.dialects import ErrorKind, OfferRow
 
 from ..conftest import unique_name
 
 
 @pytest.fixture
-def one_queue(engine, table_name):
+def one_queue(engine):
     """A blocking queue: what is tested is each database's locking, once per database
-    (a fixture named ``queue`` would run these on every front end's target)."""
-    return DelayedQueue(engine, unique_name("q"), table_name=table_name)
+    (a fixture named ``queue`` would run these on every front end's target). In a table of
+    its own: what is tested is two producers' locks against each other's, and in the session
+    table other tests' activity took part (twice in full runs, a deadlock 1213 reported to a
+    producer here, never in this test run alone)."""
+    name = unique_name("sqd_offers")
+    create_schema(engine, table_name=name)
+    yield DelayedQueue(engine, unique_name("q"), table_name=name)
+    drop_schema(engine, table_name=name)
 
 
 class _PauseAfterLockingRead:
