@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from .checks import check_text, storable_text
 from .clock import duration_ms, from_ms
 from .dialects import QueueDao
+from .dialects.flow import chunked
 from .errors import InvalidArgumentError
 from .schema import ACTOR_LENGTH, ERROR_LENGTH
 
@@ -177,7 +178,7 @@ class Recorder:
 
         def op(conn: sa.Connection) -> int:
             ids = list(conn.execute(pick).scalars())
-            return sum(conn.execute(sa.delete(h).where(h.c.id.in_(ids[i:i + in_list_max])))
-                       .rowcount for i in range(0, len(ids), in_list_max))
+            return sum(conn.execute(sa.delete(h).where(h.c.id.in_(part))).rowcount
+                       for part in chunked(ids, in_list_max))
 
         return op
