@@ -21,6 +21,8 @@ from sqldelay import DelayedQueue, Message, create_schema, drop_schema
 # the no-op job every subject moves: ours, the C clients and the peers carry the same bytes
 PAYLOAD = {"job": "noop"}
 OURS = "sqldelay"
+# alternating rounds behind each compared figure (its median, minimum and maximum are reported)
+ROUNDS = 3
 
 
 @dataclass(frozen=True)

@@ -3,52 +3,91 @@ MariaDB/MySQL, none on SQLite (an embedded database has no client to compare wit
 
 Each reference moves the same number of messages as ours, at the same concurrency and batch
 size, in its own queue of the run's table, and adds its figure under the same scenario name so
-the report can print ours/reference.
+the report can print ours/reference. ``compare`` measures ours and the reference in
+alternating rounds (ours, reference, ours, …) and reports the median of each with its minimum
+and maximum, so one noisy stretch of a shared machine neither passes nor fails a target.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import mysqlslap, pgbench
-from .harness import Bench, fill
+from .harness import ROUNDS, Bench, alternate, fill, spread
 
 RATE = "messages/s"
 
 
-def offer(bench: Bench, scenario: str, *, batch: int, clients: int, messages: int) -> None:
-    _run(bench, scenario, "offer", batch=batch, clients=clients, messages=messages)
+@dataclass(frozen=True)
+class Reference:
+    """The C client of ``bench``'s database for one scenario: ``measure`` runs it once and
+    returns messages/s (None when it is not installed: ``note`` says so)."""
+
+    subject: str
+    params: dict
+    measure: Callable[[], float] | None
+    note: str = ""
 
 
-def drain(bench: Bench, scenario: str, *, batch: int, clients: int, messages: int) -> None:
-    _run(bench, scenario, "drain", batch=batch, clients=clients, messages=messages)
-
-
-def _run(bench: Bench, scenario: str, kind: str, *, batch: int, clients: int,
-         messages: int) -> None:
+def reference(bench: Bench, scenario: str, kind: str, *, batch: int, clients: int,
+              messages: int) -> Reference | None:
+    """The ceiling of ``kind`` ("offer" or "drain") on this database; None on SQLite."""
     if bench.dialect == "postgresql":
         subject, tool = "pgbench", pgbench
     elif bench.dialect in ("mysql", "mariadb"):
         subject, tool = "mysqlslap", mysqlslap
     else:
-        return
+        return None
     params = {"batch": batch, "clients": clients, "messages": messages}
     if tool.executable() is None:
-        bench.add(scenario, subject, RATE, None, params=params,
-                  note=f"{subject} not installed (see benchmarks/README.md)")
-        return
+        return Reference(subject, params, None,
+                         f"{subject} not installed (see benchmarks/README.md)")
     queue = bench.queue(f"ref_{scenario}")
     transactions = max(1, messages // batch)
     clients = min(clients, transactions)
     transactions -= transactions % clients  # every client runs the same count
-    if kind == "drain":
-        fill(queue, transactions * batch)
-    now = int(time.time() * 1000)
-    seconds = tool.run(bench, kind, queue=queue, batch=batch, clients=clients,
-                       transactions=transactions, now_ms=now)
-    left = queue.stats()
-    moved = (left.due + left.scheduled + left.in_flight) if kind == "offer" else \
-        transactions * batch - left.due
-    bench.add(scenario, subject, RATE, moved / seconds,
-              params={**params, "clients": clients, "messages": moved})
-    queue.clear()
+
+    def measure() -> float:
+        if kind == "drain":
+            fill(queue, transactions * batch)
+        now = int(time.time() * 1000)
+        seconds = tool.run(bench, kind, queue=queue, batch=batch, clients=clients,
+                           transactions=transactions, now_ms=now)
+        left = queue.stats()
+        moved = (left.due + left.scheduled + left.in_flight) if kind == "offer" else \
+            transactions * batch - left.due
+        queue.clear()
+        return moved / seconds
+
+    return Reference(subject, {**params, "clients": clients,
+                               "messages": transactions * batch}, measure)
+
+
+def offer(bench: Bench, scenario: str, *, batch: int, clients: int, messages: int) -> None:
+    """The offer ceiling alone, in rounds of its own (beside figures measured elsewhere)."""
+    compare(bench, scenario, "offer", {}, batch=batch, clients=clients, messages=messages)
+
+
+def drain(bench: Bench, scenario: str, *, batch: int, clients: int, messages: int) -> None:
+    """The drain ceiling alone, in rounds of its own (beside figures measured elsewhere)."""
+    compare(bench, scenario, "drain", {}, batch=batch, clients=clients, messages=messages)
+
+
+def compare(bench: Bench, scenario: str, kind: str, ours: dict[str, Callable[[], float]], *,
+            batch: int, clients: int, messages: int) -> None:
+    """Measure each of ``ours`` (subject → one round's messages/s) and the ceiling of ``kind``
+    in alternating rounds; add each one's median, minimum and maximum."""
+    ref = reference(bench, scenario, kind, batch=batch, clients=clients, messages=messages)
+    subjects = dict(ours)
+    if ref is not None and ref.measure is not None:
+        subjects[ref.subject] = ref.measure
+    rounds = ROUNDS if messages >= 1000 else 1  # --size tiny only proves the code runs
+    params = {"batch": batch, "clients": clients, "messages": messages}
+    for subject, values in alternate(rounds, subjects).items():
+        stats = spread(values)
+        bench.add(scenario, subject, RATE, stats["median"],
+                  params={**(params if subject in ours else ref.params), **stats})
+    if ref is not None and ref.measure is None:
+        bench.add(scenario, ref.subject, RATE, None, params=ref.params, note=ref.note)

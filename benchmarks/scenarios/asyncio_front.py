@@ -28,13 +28,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqldelay import AsyncDelayedQueue, AsyncWorker, Message, WorkerListener
 from sqldelay.engines import async_url
 
-from ..harness import OURS, PAYLOAD, Bench, alternate, percentile, spread
+from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, percentile, spread
 from .peers import ENQUEUE, PROCESS, RATE
 
 ASYNC_DRIVERS = {"postgresql": ["asyncpg", "psycopg_async"], "mysql": ["asyncmy"],
                  "mariadb": ["asyncmy"], "sqlite": ["aiosqlite"]}
 CALLS = 2000
-ROUNDS = 3
 
 
 def _urls(bench: Bench) -> dict[str, str]:

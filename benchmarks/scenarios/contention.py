@@ -15,11 +15,10 @@ import logging
 import threading
 from datetime import UTC, datetime
 
-from ..harness import OURS, PAYLOAD, Bench, alternate, run_threads, spread
+from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, run_threads, spread
 
 RATE = "messages/s"
 BEFORE = "REPEATABLE READ offers (before)"
-ROUNDS = 3
 
 
 class _RetryCounter(logging.Handler):

@@ -26,11 +26,11 @@ import sqlalchemy as sa
 from sqldelay import Message, SystemClock, Worker, WorkerListener
 
 from .. import references
-from ..harness import OURS, PAYLOAD, Bench, alternate, fill, percentile, run_threads, spread
+from ..harness import (OURS, PAYLOAD, ROUNDS, Bench, alternate, fill, percentile, run_threads,
+                       spread)
 from ..plans import READS_PLANS, analyze, claim_index, claim_plan, due_statement, explain
 
 RATE = "messages/s"
-ROUNDS = 3
 QUIET = 50  # quiet messages, one due every 0.1 s
 VARIANTS = ("plain", "priorities", "groups of 20", "unreached rate limit")
 

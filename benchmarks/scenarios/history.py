@@ -12,10 +12,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from .. import references
-from ..harness import OURS, Bench, alternate, drain, fill, produce, run_threads, spread
+from ..harness import OURS, ROUNDS, Bench, alternate, drain, fill, produce, run_threads, spread
 
 RATE = "messages/s"
-ROUNDS = 3
 
 
 def history_offer(bench: Bench) -> None:

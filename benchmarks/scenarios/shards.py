@@ -27,11 +27,10 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, ShardedQueue, create_schema
 
-from ..harness import OURS, PAYLOAD, Bench, alternate, drain, run_threads, spread
+from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, drain, run_threads, spread
 from ..servers import PrivatePostgres, ServerMissing
 
 RATE = "messages/s"
-ROUNDS = 3
 
 
 class _Servers:

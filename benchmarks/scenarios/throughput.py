@@ -3,7 +3,8 @@
 offer: single offers from ``producers`` threads; offer_many: batches of ``batch``;
 poll_ack: single poll + ack from ``consumers`` threads over a due backlog;
 poll_many_ack_many: the same in claims of ``batch``. Every commit is durable (the database's
-default), one transaction per call, exactly as a user's code would call the queue.
+default), one transaction per call, exactly as a user's code would call the queue. Ours and
+the C client take turns (``references.compare``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from datetime import UTC, datetime
 
 from .. import references
 from ..harness import OURS, Bench, drain, fill, produce, run_threads
-
-RATE = "messages/s"
 
 
 def offer(bench: Bench) -> None:
@@ -36,20 +35,27 @@ def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     queue = bench.queue(scenario)
     clients = bench.producers
     batches = messages // batch
-    elapsed = run_threads(clients, produce(queue, clients, batch, batches, datetime.now(UTC)))
-    done = batches * batch
-    bench.add(scenario, OURS, RATE, done / elapsed,
-              params={"batch": batch, "clients": clients, "messages": done})
-    queue.clear()
-    references.offer(bench, scenario, batch=batch, clients=clients, messages=done)
+
+    def measure() -> float:
+        elapsed = run_threads(clients, produce(queue, clients, batch, batches,
+                                               datetime.now(UTC)))
+        queue.clear()
+        return batches * batch / elapsed
+
+    references.compare(bench, scenario, "offer", {OURS: measure}, batch=batch,
+                       clients=clients, messages=batches * batch)
 
 
 def _drain(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     queue = bench.queue(scenario)
     clients = bench.consumers
-    fill(queue, messages)
-    elapsed = run_threads(clients, drain(queue, batch))
-    left = queue.stats().due
-    bench.add(scenario, OURS, RATE, (messages - left) / elapsed,
-              params={"batch": batch, "clients": clients, "messages": messages})
-    references.drain(bench, scenario, batch=batch, clients=clients, messages=messages)
+
+    def measure() -> float:
+        fill(queue, messages)
+        elapsed = run_threads(clients, drain(queue, batch))
+        left = queue.stats().due
+        queue.clear()
+        return (messages - left) / elapsed
+
+    references.compare(bench, scenario, "drain", {OURS: measure}, batch=batch,
+                       clients=clients, messages=messages)

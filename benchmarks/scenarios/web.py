@@ -30,12 +30,11 @@ from datetime import UTC, datetime
 
 from sqldelay import Message
 
-from ..harness import PAYLOAD, Bench, alternate, run_threads, spread
+from ..harness import PAYLOAD, ROUNDS, Bench, alternate, run_threads, spread
 
 SCENARIO = "web_push"
 HTTP = "sqldelay http"
 DIRECT = "direct library calls"
-ROUNDS = 3
 
 
 def web_push(bench: Bench) -> None:
