@@ -1,8 +1,8 @@
 """The Worker: drain rate of N no-op jobs, and how soon an idle worker starts a new message.
 
 worker_drain: ``Worker(queue, noop, concurrency=consumers, batch_size=batch).drain()`` over
-``peer_jobs`` due messages; the peers' processing figures of the same run (scenario
-"peers_process", when it ran) are repeated beside it for the ratio.
+``peer_jobs`` due messages, taking turns with pgqueuer's processing of as many jobs (as in the
+peers scenario) on PostgreSQL; medians of the rounds.
 worker_wakeup: a worker idles (``idle_poll`` 30 s) while a producer offers one message due now,
 ``probes`` times; the figure is offer-to-handler-start. On PostgreSQL the offer's NOTIFY wakes
 the worker; elsewhere the worker has no wake-up and waits for its idle poll, so the idle poll is
@@ -11,16 +11,17 @@ set to 0.25 s there and the figure shows that bound.
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import threading
 import time
-from dataclasses import replace
 from datetime import timedelta
 
 from sqldelay.listeners import WorkerListener
 from sqldelay.worker import Worker
 
-from ..harness import OURS, PAYLOAD, Bench, fill, percentile
-from .peers import PROCESS, RATE
+from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, fill, percentile, spread
+from .peers import RATE, peers_database, pgqueuer_round
 
 PROBES = 20
 
@@ -28,18 +29,32 @@ PROBES = 20
 def worker_drain(bench: Bench) -> None:
     queue = bench.queue("worker_drain")
     n = bench.sizes.peer_jobs
-    fill(queue, n)
-    worker = Worker(queue, lambda env: None, concurrency=bench.consumers,
-                    batch_size=bench.batch, listeners=[WorkerListener()])
-    began = time.perf_counter()
-    handled = worker.drain()
-    elapsed = time.perf_counter() - began
-    params = {"jobs": n, "handled": handled, "concurrency": bench.consumers,
-              "batch": bench.batch}
-    bench.add("worker_drain", OURS, RATE, handled / elapsed, params=params)
-    for fig in [f for f in bench.figures if f.scenario == PROCESS and f.subject != OURS]:
-        bench.figures.append(replace(fig, scenario="worker_drain",
-                                     note="the same figure as in peers_process"))
+    params = {"jobs": n, "concurrency": bench.consumers, "batch": bench.batch}
+
+    def ours() -> float:
+        fill(queue, n)
+        worker = Worker(queue, lambda env: None, concurrency=bench.consumers,
+                        batch_size=bench.batch, listeners=[WorkerListener()])
+        began = time.perf_counter()
+        handled = worker.drain()
+        elapsed = time.perf_counter() - began
+        queue.clear()
+        return handled / elapsed
+
+    subjects = {OURS: ours}
+    if bench.dialect == "postgresql" and all(
+            importlib.util.find_spec(m) is not None for m in ("pgqueuer", "asyncpg")):
+        conninfo = peers_database(bench)
+
+        def pgqueuer() -> float:
+            _, process_s, done = asyncio.run(pgqueuer_round(bench, conninfo, n))
+            return done / process_s
+
+        subjects["pgqueuer"] = pgqueuer
+    rounds = ROUNDS if n >= 1000 else 1  # --size tiny only proves the code runs
+    for subject, values in alternate(rounds, subjects).items():
+        stats = spread(values)
+        bench.add("worker_drain", subject, RATE, stats["median"], params={**params, **stats})
 
 
 def worker_wakeup(bench: Bench) -> None:
