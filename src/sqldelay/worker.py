@@ -39,6 +39,7 @@ from .concurrency import (
     run_blocking,
     run_op,
     run_to_end,
+    side_by_side,
     spawn,
     threadsafe,
     wait_event,
@@ -224,18 +225,21 @@ class Worker(WorkerBase):
             if self._starved and not self._patiently(self._flush_acks):
                 return
             handled, acked = self._handled, self._acked
-            batch = self._claim_next()
-            if batch is None:
+            # the acks of the batch before go out on a connection of their own while the next
+            # batch is claimed and handled: they delete messages the claim cannot take (still
+            # locked), and a claim needs no ack of them first (a starved one had them above)
+            calls = [self._claim_and_hand_off]
+            if self._to_ack:
+                calls.append(partial(self._patiently, self._flush_acks))
+            outcomes = side_by_side(calls)
+            for outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    raise outcome
+            batch = outcomes[0]
+            if batch is None or not all(outcomes[1:]):  # None: stopped meanwhile
                 return
             if batch:
                 idle = False
-                self._events.emit("picked", batch)
-                with self._lock:
-                    self._buffer.extend(batch)
-                    self._work.notify(len(batch))
-            # the acks of the batch before go out while the handlers work on this one
-            if not self._patiently(self._flush_acks):
-                return
             self._starved = not batch
             if batch:
                 continue
@@ -256,6 +260,16 @@ class Worker(WorkerBase):
                 idle = True
                 self._events.emit("idle")
             self._sleep_until_due()
+
+    def _claim_and_hand_off(self) -> list | None:
+        """``_claim_next``, the batch put in the handlers' buffer at once."""
+        batch = self._claim_next()
+        if batch:
+            self._events.emit("picked", batch)
+            with self._lock:
+                self._buffer.extend(batch)
+                self._work.notify(len(batch))
+        return batch
 
     def _wait_until_quiet(self) -> bool:
         """drain(): wait for running handlers; True when nothing is due after them (a failure
