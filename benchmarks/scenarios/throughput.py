@@ -4,14 +4,15 @@ offer: single offers from ``producers`` threads; offer_many: batches of ``batch`
 poll_ack: single poll + ack from ``consumers`` threads over a due backlog;
 poll_many_ack_many: the same in claims of ``batch``. Every commit is durable (the database's
 default), one transaction per call, exactly as a user's code would call the queue. Ours and
-the C client take turns (``references.compare``).
+the C client take turns (``references.compare``); on PostgreSQL each also runs the same
+statements through psycopg alone (``rawloop``), the limit of a Python client.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from .. import references
+from .. import rawloop, references
 from ..harness import OURS, Bench, drain, fill, produce, run_threads
 
 
@@ -42,8 +43,18 @@ def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
         queue.clear()
         return batches * batch / elapsed
 
-    references.compare(bench, scenario, "offer", {OURS: measure}, batch=batch,
-                       clients=clients, messages=batches * batch)
+    subjects = {OURS: measure}
+    if bench.dialect == "postgresql":  # the same loop with no library code: the limit in Python
+        raw = bench.queue(f"raw_{scenario}")
+
+        def measure_raw() -> float:
+            elapsed = run_threads(clients, rawloop.offer(bench, raw, clients, batch, batches))
+            raw.clear()
+            return batches * batch / elapsed
+
+        subjects[rawloop.SUBJECT] = measure_raw
+    references.compare(bench, scenario, "offer", subjects, batch=batch, clients=clients,
+                       messages=batches * batch)
 
 
 def _drain(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
@@ -57,5 +68,17 @@ def _drain(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
         queue.clear()
         return (messages - left) / elapsed
 
-    references.compare(bench, scenario, "drain", {OURS: measure}, batch=batch,
-                       clients=clients, messages=messages)
+    subjects = {OURS: measure}
+    if bench.dialect == "postgresql":  # the same loop with no library code: the limit in Python
+        raw = bench.queue(f"raw_{scenario}")
+
+        def measure_raw() -> float:
+            fill(raw, messages)
+            elapsed = run_threads(clients, rawloop.drain(bench, raw, batch))
+            left = raw.stats().due
+            raw.clear()
+            return (messages - left) / elapsed
+
+        subjects[rawloop.SUBJECT] = measure_raw
+    references.compare(bench, scenario, "drain", subjects, batch=batch, clients=clients,
+                       messages=messages)
