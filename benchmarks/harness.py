@@ -130,6 +130,11 @@ def run_threads(count: int, work: Callable[[int], None]) -> float:
 
     The first exception of any thread is raised here once all have stopped.
     """
+    return timed_threads(count, work)[0]
+
+
+def timed_threads(count: int, work: Callable[[int], None]) -> tuple[float, float]:
+    """``run_threads``, and the CPU seconds this process spent meanwhile (every thread's)."""
     errors: list[BaseException] = []
     ready = threading.Barrier(count + 1)
 
@@ -144,13 +149,13 @@ def run_threads(count: int, work: Callable[[int], None]) -> float:
     for t in threads:
         t.start()
     ready.wait()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - began
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     if errors:
         raise errors[0]
-    return elapsed
+    return elapsed, cpu
 
 
 def produce(queue: DelayedQueue, clients: int, batch: int, batches: int,

@@ -75,19 +75,33 @@ def drain(bench: Bench, scenario: str, *, batch: int, clients: int, messages: in
     compare(bench, scenario, "drain", {}, batch=batch, clients=clients, messages=messages)
 
 
-def compare(bench: Bench, scenario: str, kind: str, ours: dict[str, Callable[[], float]], *,
+def compare(bench: Bench, scenario: str, kind: str,
+            ours: dict[str, Callable[[], tuple[float, float]]], *,
             batch: int, clients: int, messages: int) -> None:
-    """Measure each of ``ours`` (subject → one round's messages/s) and the ceiling of ``kind``
-    in alternating rounds; add each one's median, minimum and maximum."""
+    """Measure each of ``ours`` (subject → one round's messages/s and the CPU seconds this
+    process spent on it, see ``harness.run_threads``) and the ceiling of ``kind`` in
+    alternating rounds; add each one's median, minimum and maximum, and for ours the median
+    client CPU per message."""
     ref = reference(bench, scenario, kind, batch=batch, clients=clients, messages=messages)
-    subjects = dict(ours)
+    cpu: dict[str, list[float]] = {subject: [] for subject in ours}
+
+    def timed(subject: str, measure: Callable[[], tuple[float, float]]) -> Callable[[], float]:
+        def run() -> float:
+            rate, cpu_s = measure()
+            cpu[subject].append(cpu_s * 1e6 / messages)
+            return rate
+        return run
+
+    subjects = {subject: timed(subject, measure) for subject, measure in ours.items()}
     if ref is not None and ref.measure is not None:
         subjects[ref.subject] = ref.measure
     rounds = ROUNDS if messages >= 1000 else 1  # --size tiny only proves the code runs
     params = {"batch": batch, "clients": clients, "messages": messages}
     for subject, values in alternate(rounds, subjects).items():
         stats = spread(values)
+        extra = ({"client_cpu_us_per_message": spread(cpu[subject])["median"]}
+                 if subject in ours else {})
         bench.add(scenario, subject, RATE, stats["median"],
-                  params={**(params if subject in ours else ref.params), **stats})
+                  params={**(params if subject in ours else ref.params), **stats, **extra})
     if ref is not None and ref.measure is None:
         bench.add(scenario, ref.subject, RATE, None, params=ref.params, note=ref.note)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from .. import rawloop, references
-from ..harness import OURS, Bench, drain, fill, produce, run_threads
+from ..harness import OURS, Bench, drain, fill, produce, timed_threads
 
 
 def offer(bench: Bench) -> None:
@@ -37,20 +37,21 @@ def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     clients = bench.producers
     batches = messages // batch
 
-    def measure() -> float:
-        elapsed = run_threads(clients, produce(queue, clients, batch, batches,
-                                               datetime.now(UTC)))
+    def measure() -> tuple[float, float]:
+        elapsed, cpu = timed_threads(clients, produce(queue, clients, batch, batches,
+                                                      datetime.now(UTC)))
         queue.clear()
-        return batches * batch / elapsed
+        return batches * batch / elapsed, cpu
 
     subjects = {OURS: measure}
     if bench.dialect == "postgresql":  # the same loop with no library code: the limit in Python
         raw = bench.queue(f"raw_{scenario}")
 
-        def measure_raw() -> float:
-            elapsed = run_threads(clients, rawloop.offer(bench, raw, clients, batch, batches))
+        def measure_raw() -> tuple[float, float]:
+            elapsed, cpu = timed_threads(clients, rawloop.offer(bench, raw, clients, batch,
+                                                                batches))
             raw.clear()
-            return batches * batch / elapsed
+            return batches * batch / elapsed, cpu
 
         subjects[rawloop.SUBJECT] = measure_raw
     references.compare(bench, scenario, "offer", subjects, batch=batch, clients=clients,
@@ -61,23 +62,23 @@ def _drain(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     queue = bench.queue(scenario)
     clients = bench.consumers
 
-    def measure() -> float:
+    def measure() -> tuple[float, float]:
         fill(queue, messages)
-        elapsed = run_threads(clients, drain(queue, batch))
+        elapsed, cpu = timed_threads(clients, drain(queue, batch))
         left = queue.stats().due
         queue.clear()
-        return (messages - left) / elapsed
+        return (messages - left) / elapsed, cpu
 
     subjects = {OURS: measure}
     if bench.dialect == "postgresql":  # the same loop with no library code: the limit in Python
         raw = bench.queue(f"raw_{scenario}")
 
-        def measure_raw() -> float:
+        def measure_raw() -> tuple[float, float]:
             fill(raw, messages)
-            elapsed = run_threads(clients, rawloop.drain(bench, raw, batch))
+            elapsed, cpu = timed_threads(clients, rawloop.drain(bench, raw, batch))
             left = raw.stats().due
             raw.clear()
-            return (messages - left) / elapsed
+            return (messages - left) / elapsed, cpu
 
         subjects[rawloop.SUBJECT] = measure_raw
     references.compare(bench, scenario, "drain", subjects, batch=batch, clients=clients,
