@@ -7,6 +7,7 @@ one imports ``concurrency_async``; both give the same names (see that module's d
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -128,6 +129,16 @@ class HandlerRunner:
 
 _side_pool: ThreadPoolExecutor | None = None
 _side_pool_lock = threading.Lock()
+
+
+def _forget_side_pool() -> None:
+    # a forked child (Worker(processes=N)) inherits the pool without its threads: work
+    # submitted there would wait for ever, so the child starts a pool of its own
+    global _side_pool, _side_pool_lock
+    _side_pool, _side_pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_side_pool)
 
 
 def side_by_side(calls: Sequence[Callable[[], T]]) -> list[T | Exception]:

@@ -185,3 +185,42 @@ def test_a_worker_of_two_processes_shares_the_queue_and_ends_with_its_parent(
     assert counts == dict.fromkeys(first + second, 1)
     workers = {int(path.suffix[1:]) for path in out.parent.glob(f"{out.name}.*")}
     assert parent.pid not in workers and workers <= children  # the parent only watches
+
+
+def _drain_in_child(url: str, table: str) -> None:
+    # a forked child: its own engine, the queue drained by a worker that acks as it goes
+    import sqlalchemy as sa
+
+    from sqldelay import DelayedQueue, Worker
+
+    engine = sa.create_engine(url)
+    q = DelayedQueue(engine, "forked", table_name=table)
+    handled = Worker(q, lambda env: None, batch_size=10).drain()
+    os._exit(0 if handled == 50 and q.stats().due == 0 else 1)
+
+
+def test_a_worker_forked_after_one_ran_in_the_parent_still_acks(tmp_path):
+    # Worker(processes=N) forks; the parent may have run workers (or sharded calls) before,
+    # whose helper threads the child does not inherit
+    import multiprocessing
+
+    import sqlalchemy as sa
+
+    from sqldelay import DelayedQueue, Worker, create_schema
+
+    url = f"sqlite:///{tmp_path / 'fork.db'}"
+    engine = sa.create_engine(url)
+    create_schema(engine, table_name="forked_t")
+    q = DelayedQueue(engine, "forked", table_name="forked_t")
+    q.offer_many([Message(f"p{i}", i) for i in range(50)])
+    assert Worker(q, lambda env: None, batch_size=10).drain() == 50
+    q.offer_many([Message(f"c{i}", i) for i in range(50)])
+    engine.dispose()
+    child = multiprocessing.get_context("fork").Process(target=_drain_in_child,
+                                                       args=(url, "forked_t"))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0
+    assert q.stats().due == 0
