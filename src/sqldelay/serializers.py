@@ -28,10 +28,14 @@ class JsonSerializer:
 
     type_name = "json"
 
+    # one encoder for every call: json.dumps with options builds a new one each time, which
+    # was half the cost of encoding a small payload
+    _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                allow_nan=False)
+
     def encode(self, payload: Any) -> bytes:
         try:
-            text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False)
+            text = self._encoder.encode(payload)
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload is not JSON-serializable: {exc}") from exc
         return text.encode("utf-8")
