@@ -12,6 +12,7 @@ from . import (
     flow,
     history,
     inspection,
+    memory,
     peers,
     scaling,
     shards,
@@ -51,6 +52,9 @@ SCENARIOS = {
     "spark_offer": spark.spark_offer,
     "shards_scaling": shards.shards_scaling,
     "shards_routing": shards.shards_routing,
+    "worker_rss": memory.worker_rss,
+    "offer_many_rss": memory.offer_many_rss,
 }
-# Spark starts slowly; the shard scenarios start PostgreSQL servers of their own
-OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing"}
+# Spark starts slowly; the shard scenarios start PostgreSQL servers of their own; the memory
+# scenarios move a million messages each
+OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing", "worker_rss", "offer_many_rss"}
