@@ -14,6 +14,7 @@ from . import (
     inspection,
     memory,
     peers,
+    processes,
     scaling,
     shards,
     spark,
@@ -54,7 +55,9 @@ SCENARIOS = {
     "shards_routing": shards.shards_routing,
     "worker_rss": memory.worker_rss,
     "offer_many_rss": memory.offer_many_rss,
+    "worker_processes": processes.worker_processes,
 }
 # Spark starts slowly; the shard scenarios start PostgreSQL servers of their own; the memory
-# scenarios move a million messages each
-OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing", "worker_rss", "offer_many_rss"}
+# scenarios move a million messages each; worker_processes starts worker commands, 9 times
+OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing", "worker_rss", "offer_many_rss",
+            "worker_processes"}
