@@ -582,11 +582,12 @@ class _Checked:
     """The messages of one offer, every one checked and encoded before anything is written.
 
     What it keeps for the transaction depends on the size of the call: the rows, payloads
-    encoded, while they fit one statement (what every small call is); beyond that only each
-    payload's encoded size and its due time, the rows being made again chunk by chunk as the
-    transaction writes them. So a call of a million messages holds one chunk's payloads at a
-    time beside the caller's messages, at the price of encoding each payload twice; a call
-    of one statement encodes once, as the statement holds its payloads anyway.
+    encoded, while they fit one statement (every small call, and any single message, a
+    statement of its own however large); beyond that only each payload's encoded size and
+    its due time, the rows being made again chunk by chunk as the transaction writes them.
+    So a call of a million messages holds one chunk's payloads at a time beside the caller's
+    messages, at the price of encoding each payload twice; a call of one statement encodes
+    once, as the statement holds its payloads anyway.
     """
 
     def __init__(self, queue: QueueBase, messages: Sequence[Message], now: int,
@@ -615,7 +616,7 @@ class _Checked:
             if kept is not None:
                 kept.append(_offer_row(message, payload, at))
                 kept_bytes += len(payload) + ROW_OVERHEAD
-                if kept_bytes > max_bytes or len(kept) > max_rows:
+                if len(kept) > 1 and (kept_bytes > max_bytes or len(kept) > max_rows):
                     kept = None  # more than a statement: made again as it is written
         self.kept = kept
         self.earliest_ms = min(self.at)
