@@ -3,7 +3,8 @@
 worker_rss: ``rss_messages`` due no-op messages (``fill``), drained by
 ``Worker(concurrency=consumers, batch_size=batch).drain()`` in a fresh process, which reads its
 own resident set (VmRSS in /proc/self/status) every 1% of the messages handled: the curve must
-stay flat (start, peak and end RSS beside it).
+stay flat (start, peak and end RSS beside it; the drain rate in the first and last tenth of
+the messages beside them).
 offer_many_rss: for each N of ``offer_many_sizes``, a fresh process builds N messages (what the
 caller holds: the input) and makes ONE ``offer_many`` call of them; its peak resident set
 (VmHWM) over the resident set just before the call is what the call itself needed. The input's
@@ -61,14 +62,23 @@ def worker_rss(bench: Bench) -> None:
     queue = bench.queue("worker_rss")
     fill(queue, n)
     got = _child(bench, "drain", queue.name, n, bench.consumers, bench.batch)
-    series = [[handled, rss / MIB] for handled, rss in got["samples"]]
+    samples = got["samples"]
+    series = [[handled, rss / MIB] for handled, rss, _ in samples]
+    tenth = max(1, len(samples) // 10)  # the drain rate early and late: does it hold?
     params = {"messages": n, "handled": got["handled"], "concurrency": bench.consumers,
-              "batch": bench.batch, "seconds": got["seconds"]}
-    bench.add("worker_rss", OURS, "RSS MiB, start", got["samples"][0][1] / MIB, params=params)
+              "batch": bench.batch, "seconds": got["seconds"],
+              "rate_first_tenth": _rate(samples[0], samples[tenth]),
+              "rate_last_tenth": _rate(samples[-1 - tenth], samples[-1])}
+    bench.add("worker_rss", OURS, "RSS MiB, start", samples[0][1] / MIB, params=params)
     bench.add("worker_rss", OURS, "RSS MiB, peak (VmHWM)", got["peak"] / MIB, params=params,
               series=series, note="the curve: RSS every 1% of the messages handled")
     bench.figures[-1].params["axes"] = ("messages handled", "RSS MiB")
-    bench.add("worker_rss", OURS, "RSS MiB, end", got["samples"][-1][1] / MIB, params=params)
+    bench.add("worker_rss", OURS, "RSS MiB, end", samples[-1][1] / MIB, params=params)
+
+
+def _rate(earlier: list, later: list) -> float:
+    """Messages/s between two samples [handled, rss, seconds]."""
+    return (later[0] - earlier[0]) / max(later[2] - earlier[2], 1e-9)
 
 
 def offer_many_rss(bench: Bench) -> None:
@@ -113,18 +123,19 @@ def _drain(url: str, table: str, name: str, n: str, concurrency: str, batch: str
     queue = _queue(url, table, name)
     step = max(1, int(n) // SAMPLES)
     counter = itertools.count(1)
-    samples = [[0, proc_status("VmRSS")]]
+    began = time.perf_counter()
+    samples = [[0, proc_status("VmRSS"), 0.0]]
 
     def handler(_) -> None:
         handled = next(counter)  # one step at a time under the GIL: each count once
         if handled % step == 0:
-            samples.append([handled, proc_status("VmRSS")])
+            samples.append([handled, proc_status("VmRSS"), time.perf_counter() - began])
 
     worker = Worker(queue, handler, concurrency=int(concurrency), batch_size=int(batch))
-    began = time.perf_counter()
     handled = worker.drain()
-    return {"handled": handled, "seconds": time.perf_counter() - began,
-            "samples": samples + [[handled, proc_status("VmRSS")]],
+    seconds = time.perf_counter() - began
+    return {"handled": handled, "seconds": seconds,
+            "samples": samples + [[handled, proc_status("VmRSS"), seconds]],
             "peak": proc_status("VmHWM")}
 
 
