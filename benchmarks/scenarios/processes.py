@@ -3,7 +3,8 @@
 worker_processes: ``process_messages`` due no-op messages (``fill``, untimed) drained by
 ``sqldelay worker benchmarks.handlers:noop --concurrency consumers --batch-size batch`` with
 ``--processes 1`` and ``--processes 2``, and by the in-process threaded ``Worker`` (the same
-settings, ``run()`` on a thread of this process), in alternating rounds. Each round runs from
+settings, ``run()`` on a thread of this process), in alternating rounds, each in a fresh
+table. Each round runs from
 the command's start until this process sees the queue empty (``stats()`` every 20 ms), then
 stops the worker (SIGTERM, as an operator would). Figures per subject, medians of the rounds:
 messages/s from start to empty; start-up (from the start until the first claim shows in the
@@ -17,6 +18,7 @@ carries over to a machine with more cores.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -80,7 +82,7 @@ class _Command:
     def __init__(self, bench: Bench, queue: DelayedQueue, processes: int, tag: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sqldelay.cli", "worker", f"{noop.__module__}:noop",
-             "--url", _tagged(bench, tag), "--table", bench.table_for(), "--queue", queue.name,
+             "--url", _tagged(bench, tag), "--table", queue.dao.table.name, "--queue", queue.name,
              "--concurrency", str(bench.consumers), "--batch-size", str(bench.batch),
              "--processes", str(processes)],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -104,7 +106,7 @@ class _Threads:
 
     def __init__(self, bench: Bench, queue: DelayedQueue, tag: str) -> None:
         self.engine = sa.create_engine(_tagged(bench, tag))
-        own = DelayedQueue(self.engine, queue.name, table_name=bench.table_for())
+        own = DelayedQueue(self.engine, queue.name, table_name=queue.dao.table.name)
         self.worker = Worker(own, noop, concurrency=bench.consumers, batch_size=bench.batch)
         self.thread = threading.Thread(target=self.worker.run, kwargs={"signals": False})
         self.thread.start()
@@ -119,9 +121,11 @@ class _Threads:
 
 
 def _round(bench: Bench, n: int, start: Callable[[DelayedQueue, str], object],
-           results: list[dict]) -> float:
-    """Fill, start the subject, wait until the queue is empty, stop it; messages/s."""
-    queue = bench.queue("worker_processes")
+           results: list[dict], table: str) -> float:
+    """Fill, start the subject, wait until the queue is empty, stop it; messages/s. Each round
+    in a table of its own: what earlier rounds left (PostgreSQL's dead rows, where autovacuum
+    has not run) would weigh on later subjects, slowing the claims of whoever comes last."""
+    queue = bench.queue("worker_processes", table=table)
     fill(queue, n)
     tag = f"sqldelay-bench-{os.getpid()}-{len(results)}"
     backends = _Backends(bench, tag)
@@ -162,8 +166,10 @@ def worker_processes(bench: Bench) -> None:
                                       lambda q, tag: _Threads(bench, q, tag)),
     }
     details: dict[str, list[dict]] = {subject: [] for subject in subjects}
+    tables = (bench.table_for(f"_wp{i}") for i in itertools.count())
     runs = alternate(1 if n < 1000 else ROUNDS,
-                     {subject: (lambda s=subject: _round(bench, n, subjects[s][1], details[s]))
+                     {subject: (lambda s=subject: _round(bench, n, subjects[s][1], details[s],
+                                                        next(tables)))
                       for subject in subjects})
     for subject, rates in runs.items():
         rounds = details[subject]
