@@ -70,9 +70,9 @@ def worker_rss(bench: Bench) -> None:
               "rate_first_tenth": _rate(samples[0], samples[tenth]),
               "rate_last_tenth": _rate(samples[-1 - tenth], samples[-1])}
     bench.add("worker_rss", OURS, "RSS MiB, start", samples[0][1] / MIB, params=params)
-    bench.add("worker_rss", OURS, "RSS MiB, peak (VmHWM)", got["peak"] / MIB, params=params,
-              series=series, note="the curve: RSS every 1% of the messages handled")
-    bench.figures[-1].params["axes"] = ("messages handled", "RSS MiB")
+    bench.add("worker_rss", OURS, "RSS MiB, peak (VmHWM)", got["peak"] / MIB,
+              params={**params, "axes": ("messages handled", "RSS MiB")}, series=series,
+              note="the curve: RSS every 1% of the messages handled")
     bench.add("worker_rss", OURS, "RSS MiB, end", samples[-1][1] / MIB, params=params)
 
 
