@@ -44,6 +44,9 @@ class Sizes:
     peer_jobs: int = 10_000
     fairness_flood: int = 100_000  # due messages in the flooded queue of flow_fairness
     shard_counts: tuple[int, ...] = (1, 2, 4)  # private PostgreSQL servers of shards_scaling
+    rss_messages: int = 1_000_000  # drained by one worker while its RSS is sampled
+    offer_many_sizes: tuple[int, ...] = (100_000, 300_000, 1_000_000)  # one offer_many each
+    process_messages: int = 100_000  # drained by the worker in one process and in several
 
 
 SIZES = {
@@ -51,7 +54,8 @@ SIZES = {
     "tiny": Sizes(messages=200, single_messages=40, steady_seconds=0.5, steady_rate=200,
                   backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
                   per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=200,
-                  fairness_flood=500, shard_counts=(1, 2)),
+                  fairness_flood=500, shard_counts=(1, 2), rss_messages=2_000,
+                  offer_many_sizes=(500, 2_000), process_messages=300),
 }
 
 

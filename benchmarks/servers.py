@@ -90,15 +90,27 @@ class PrivatePostgres:
                 root = int(f.readline())
         except OSError:
             return 0.0
-        total = 0.0
-        tick = os.sysconf("SC_CLK_TCK")
-        for stat in glob.glob("/proc/[0-9]*/stat"):
-            try:
-                with open(stat) as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # ended meanwhile
-            pid = int(stat.split("/")[2])
-            if pid == root or int(fields[1]) == root:  # fields[1]: the parent's pid
-                total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
-        return total
+        return tree_cpu_seconds(root)
+
+
+def process_cpu(pid: int) -> tuple[int, float] | None:
+    """A process's parent pid and the CPU time (user + system) it has used so far, from
+    /proc; None when it has ended (or there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick  # ppid; utime + stime
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU time (user + system) process ``root`` and its children have used so far."""
+    total = 0.0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        pid = int(stat.split("/")[2])
+        got = process_cpu(pid)
+        if got is not None and root in (pid, got[0]):
+            total += got[1]
+    return total

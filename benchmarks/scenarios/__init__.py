@@ -12,7 +12,9 @@ from . import (
     flow,
     history,
     inspection,
+    memory,
     peers,
+    processes,
     scaling,
     shards,
     spark,
@@ -51,6 +53,11 @@ SCENARIOS = {
     "spark_offer": spark.spark_offer,
     "shards_scaling": shards.shards_scaling,
     "shards_routing": shards.shards_routing,
+    "worker_rss": memory.worker_rss,
+    "offer_many_rss": memory.offer_many_rss,
+    "worker_processes": processes.worker_processes,
 }
-# Spark starts slowly; the shard scenarios start PostgreSQL servers of their own
-OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing"}
+# Spark starts slowly; the shard scenarios start PostgreSQL servers of their own; the memory
+# scenarios move a million messages each; worker_processes starts worker commands, 9 times
+OPTIONAL = {"spark_offer", "shards_scaling", "shards_routing", "worker_rss", "offer_many_rss",
+            "worker_processes"}

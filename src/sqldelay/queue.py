@@ -85,7 +85,10 @@ class DelayedQueue(QueueBase):
 
         A key that appears twice is applied in order, as two offers would be. Each chunk's
         keys, and the chunks, go in the database's lock order, so producers of overlapping
-        batches cannot deadlock on each other.
+        batches cannot deadlock on each other. Every message is checked before anything is
+        written, and the call is one transaction. A call larger than one statement does not
+        hold every encoded payload at once: it encodes each chunk's payloads again as it
+        writes them, so the payload objects must not change until it returns.
         """
         messages = list(messages)
         if not messages:

@@ -10,6 +10,7 @@ dialect modules, once.
 from __future__ import annotations
 
 import uuid
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -130,53 +131,52 @@ class QueueBase:
 
     # ---- offers ------------------------------------------------------------------------------
 
-    def plan_offer(self, messages: Iterable[Message], by: str | None = None) -> OfferPlan | None:
+    def plan_offer(self, messages: Sequence[Message], by: str | None = None) -> OfferPlan | None:
         """Check and encode ``messages`` (None when there are none) and plan their offer, by
         ``by`` (default, with history: this process, host:pid).
 
         A key that appears twice is applied in order, as two offers would be. Each chunk's
         keys, and the chunks, go in the database's lock order, so producers of overlapping
-        batches cannot deadlock on each other.
+        batches cannot deadlock on each other. A call larger than one statement is encoded
+        twice: here to check it, then chunk by chunk as it is written (see ``_Checked``).
         """
         check_actor(by)
         actor = by if by is not None or self.recorder is None else process_actor()
-        now = self.now_ms()
-        rows = [self._row(i, m, now) for i, m in enumerate(messages)]
-        if not rows:
+        if not messages:
             return None
+        now = self.now_ms()
         dao = self.dao
-        rounds = [sorted(positions, key=lambda i: dao.lock_order(rows[i].key))
-                  for positions in _rounds_of_distinct_keys(rows)]
         static = PayloadBudget(dao.max_payload_bytes, dao.offer_chunk_bytes)
-        planned = _chunks(rounds, rows, dao.offer_chunk, static.statement)
+        batch = _Checked(self, messages, now, dao.offer_chunk, static.statement)
+        planned = batch.chunks(dao.offer_chunk, static.statement)
 
-        flag = not self.groups_flagged and any(row.group is not None for row in rows)
+        flag = not self.groups_flagged and batch.has_groups
         trace = self.tracer.context()
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
             if flag:  # from now on claims of this queue take the group-aware path
                 dao.write_settings(conn, self.pkind, has_groups=1)
             budget = dao.payload_budget(conn)
-            _check_payload_sizes(rows, budget, dao.name)
-            chunks = planned if budget.statement == static.statement else _chunks(
-                rounds, rows, dao.offer_chunk, budget.statement)
-            outcomes: list[OfferOutcome | None] = [None] * len(rows)
+            batch.check_sizes(budget, dao.name)
+            chunks = planned if budget.statement == static.statement else batch.chunks(
+                dao.offer_chunk, budget.statement)
+            outcomes: list[OfferOutcome | None] = [None] * len(messages)
             for part in chunks:
-                results = dao.offer(conn, self.pkind, [rows[i] for i in part], now, actor)
+                rows = batch.rows(part)
+                results = dao.offer(conn, self.pkind, rows, now, actor)
                 for i, outcome in zip(part, results, strict=True):
                     outcomes[i] = outcome
                 if trace is not None:  # the producer's context, on what this offer wrote
-                    changed = [rows[i].key for i, outcome in zip(part, results, strict=True)
+                    changed = [row.key for row, outcome in zip(rows, results, strict=True)
                                if outcome is not OfferOutcome.IGNORED]
                     dao.store_trace_context(conn, self.pkind, changed, trace)
                 if self.recorder is not None:  # the chunk's events, one statement
-                    self.recorder.write(conn, self._offer_events(
-                        [rows[i] for i in part], results, now, actor))
+                    self.recorder.write(conn, self._offer_events(rows, results, now, actor))
             return outcomes
 
         one = (not flag and self.recorder is None and trace is None and len(planned) == 1
-               and dao.offer_is_one_statement([rows[i] for i in planned[0]]))
-        return OfferPlan(op, one, flag, min(row.at_ms for row in rows))
+               and dao.offer_is_one_statement(batch.rows(planned[0])))
+        return OfferPlan(op, one, flag, batch.earliest_ms)
 
     def offered(self, plan: OfferPlan, outcomes: Sequence[OfferOutcome]) -> None:
         """After an offer committed: wake this process's sleeping workers of the queue if it
@@ -194,19 +194,6 @@ class QueueBase:
         return [self.recorder.event(self.pkind, kinds[outcome], row.key, now, actor=actor,
                                     detail=_describe_offer(row))
                 for row, outcome in zip(rows, outcomes, strict=True) if outcome in kinds]
-
-    def _row(self, index: int, message: Message, now: int) -> OfferRow:
-        if not isinstance(message, Message):
-            raise InvalidArgumentError(
-                f"offer_many takes Message objects; item {index} is {type(message).__name__}")
-        self.check_key(message.key)
-        at = now if message.at is None else to_ms(message.at, "at")
-        check_priority(message.priority)
-        if message.group is not None:
-            check_text(message.group, "group", KEY_LENGTH)
-        payload = encode_payload(self.serializer, message.payload)
-        return OfferRow(message.key, payload, at, bool(message.update), message.priority,
-                        message.group)
 
     # ---- claims ------------------------------------------------------------------------------
 
@@ -591,49 +578,112 @@ def queued_message(row, serializer: Serializer, now_ms: int) -> QueuedMessage:
         next_due=from_ms(row.scheduled_at))
 
 
-def _rounds_of_distinct_keys(rows: Sequence[OfferRow]) -> list[list[int]]:
-    """Split positions into rounds in which each key occurs once, preserving order per key."""
-    rounds: list[list[int]] = []
-    seen: dict[str, int] = {}
-    for i, row in enumerate(rows):
-        n = seen.get(row.key, 0)
-        seen[row.key] = n + 1
-        if n == len(rounds):
-            rounds.append([])
-        rounds[n].append(i)
-    return rounds
+class _Checked:
+    """The messages of one offer, every one checked and encoded before anything is written.
 
+    What it keeps for the transaction depends on the size of the call: the rows, payloads
+    encoded, while they fit one statement (every small call, and any single message, a
+    statement of its own however large); beyond that only each payload's encoded size and
+    its due time, the rows being made again chunk by chunk as the transaction writes them.
+    So a call of a million messages holds one chunk's payloads at a time beside the caller's
+    messages, at the price of encoding each payload twice; a call of one statement encodes
+    once, as the statement holds its payloads anyway.
+    """
 
-def _chunks(rounds: list[list[int]], rows: Sequence[OfferRow], max_rows: int,
-            max_bytes: int) -> list[list[int]]:
-    """Cut each round's positions into chunks of at most ``max_rows`` rows and ``max_bytes``
-    of payload and row overhead (a single larger row gets a chunk of its own), so statements
-    stay within what the database accepts."""
-    chunks: list[list[int]] = []
-    for positions in rounds:
-        chunk: list[int] = []
-        size = 0
-        for i in positions:
-            n = len(rows[i].payload) + ROW_OVERHEAD
-            if chunk and (len(chunk) == max_rows or size + n > max_bytes):
-                chunks.append(chunk)
-                chunk, size = [], 0
-            chunk.append(i)
-            size += n
-        if chunk:
-            chunks.append(chunk)
-    return chunks
+    def __init__(self, queue: QueueBase, messages: Sequence[Message], now: int,
+                 max_rows: int, max_bytes: int) -> None:
+        self.messages = messages
+        self.serializer = queue.serializer
+        self.at = array("q")
+        self.sizes = array("q")
+        kept: list[OfferRow] | None = []
+        kept_bytes = 0
+        self.has_groups = False
+        for index, message in enumerate(messages):
+            if not isinstance(message, Message):
+                raise InvalidArgumentError(
+                    f"offer_many takes Message objects; item {index} is "
+                    f"{type(message).__name__}")
+            queue.check_key(message.key)
+            at = now if message.at is None else to_ms(message.at, "at")
+            check_priority(message.priority)
+            if message.group is not None:
+                check_text(message.group, "group", KEY_LENGTH)
+                self.has_groups = True
+            payload = encode_payload(self.serializer, message.payload)
+            self.at.append(at)
+            self.sizes.append(len(payload))
+            if kept is not None:
+                kept.append(_offer_row(message, payload, at))
+                kept_bytes += len(payload) + ROW_OVERHEAD
+                if len(kept) > 1 and (kept_bytes > max_bytes or len(kept) > max_rows):
+                    kept = None  # more than a statement: made again as it is written
+        self.kept = kept
+        self.earliest_ms = min(self.at)
+        self.rounds = _rounds_in_lock_order(messages, queue.dao.lock_order)
 
+    def rows(self, positions: Iterable[int]) -> list[OfferRow]:
+        """The rows of the messages at ``positions``, their payloads encoded."""
+        if self.kept is not None:
+            return [self.kept[i] for i in positions]
+        return [self._row_again(i) for i in positions]
 
-def _check_payload_sizes(rows: Sequence[OfferRow], budget: PayloadBudget, database: str) -> None:
-    """Refuse, before anything is written, a message the database would not take."""
-    if budget.message is None:
-        return
-    for row in rows:
-        if len(row.payload) > budget.message:
+    def _row_again(self, i: int) -> OfferRow:
+        message = self.messages[i]
+        payload = encode_payload(self.serializer, message.payload)
+        if len(payload) != self.sizes[i]:  # what was checked is what is written
             raise InvalidArgumentError(
-                f"the payload of {row.key!r} is {len(row.payload):,} bytes encoded; {database} "
-                f"takes at most {budget.message:,} ({budget.why})")
+                f"the payload of {message.key!r} changed while it was being offered")
+        return _offer_row(message, payload, self.at[i])
+
+    def chunks(self, max_rows: int, max_bytes: int) -> list[memoryview]:
+        """Cut each round's positions into chunks of at most ``max_rows`` rows and
+        ``max_bytes`` of payload and row overhead (a single larger row gets a chunk of its
+        own), so statements stay within what the database accepts."""
+        chunks: list[memoryview] = []
+        for positions in self.rounds:
+            view = memoryview(positions)
+            lo, size = 0, 0
+            for hi, i in enumerate(positions):
+                n = self.sizes[i] + ROW_OVERHEAD
+                if hi > lo and (hi - lo == max_rows or size + n > max_bytes):
+                    chunks.append(view[lo:hi])
+                    lo, size = hi, 0
+                size += n
+            chunks.append(view[lo:])
+        return chunks
+
+    def check_sizes(self, budget: PayloadBudget, database: str) -> None:
+        """Refuse, before anything is written, a message the database would not take."""
+        if budget.message is None or max(self.sizes) <= budget.message:
+            return
+        i = next(i for i, size in enumerate(self.sizes) if size > budget.message)
+        raise InvalidArgumentError(
+            f"the payload of {self.messages[i].key!r} is {self.sizes[i]:,} bytes encoded; "
+            f"{database} takes at most {budget.message:,} ({budget.why})")
+
+
+def _offer_row(message: Message, payload: bytes, at_ms: int) -> OfferRow:
+    return OfferRow(message.key, payload, at_ms, bool(message.update), message.priority,
+                    message.group)
+
+
+def _rounds_in_lock_order(messages: Sequence[Message],
+                          lock_order: Callable[[str], object]) -> list[array]:
+    """The positions of ``messages`` in rounds in which each key occurs once (a key's n-th
+    occurrence goes in round n, so a repeated key is applied in order), each round in lock
+    order. A stable sort puts a key's occurrences side by side, in input order (``lock_order``
+    tells keys apart: it is the key itself, or its bytes in the database's collation)."""
+    rounds: list[array] = [array("q")]
+    previous, repeat = None, 0
+    for i in sorted(range(len(messages)), key=lambda i: lock_order(messages[i].key)):
+        key = messages[i].key
+        repeat = repeat + 1 if key == previous else 0
+        previous = key
+        if repeat == len(rounds):
+            rounds.append(array("q"))
+        rounds[repeat].append(i)
+    return rounds
 
 
 def _describe_offer(row: OfferRow) -> str:

@@ -55,6 +55,30 @@ def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, engine, t
         assert any(r["reference"] == "pgbench" for r in result["ratios"])
 
 
+def test_the_memory_and_process_scenarios_run_tiny(backend_url, engine, tmp_path):
+    # optional (long at full size), so not in the run above
+    with engine.connect():
+        pass
+    if engine.dialect.name == "mysql" and engine.dialect.is_mariadb:
+        pytest.skip("a MariaDB server: the mariadb backend runs the scenarios against it already")
+    names = ["worker_rss", "offer_many_rss", "worker_processes"]
+    assert main(["--url", backend_url, "--size", "tiny", "--out", str(tmp_path),
+                 *(arg for name in names for arg in ("--scenario", name))]) == 0
+
+    dialect = sa.make_url(backend_url).get_dialect().name
+    figures = json.loads((tmp_path / f"results-{dialect}.json").read_text())["figures"]
+    assert {f["scenario"] for f in figures} == set(names)
+    assert all(f["value"] is not None for f in figures)
+    curve = next(f for f in figures if f["scenario"] == "worker_rss" and f["series"])
+    assert curve["series"][-1][0] == curve["params"]["messages"]  # every message handled
+    sizes = [n for n, _ in next(f["series"] for f in figures
+                                if f["scenario"] == "offer_many_rss" and f["series"])]
+    assert sizes == sorted(sizes) and len(sizes) >= 2
+    workers = [f for f in figures if f["scenario"] == "worker_processes"]
+    assert len(workers) == 3 and all("client_cpu_us_per_message" in f["params"]
+                                     for f in workers)
+
+
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--scenario", "nope", "--out", str(tmp_path)])

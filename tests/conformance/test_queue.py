@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -237,6 +238,49 @@ def test_offer_many_splits_large_payloads_into_statements_the_server_accepts(mak
     assert queue.offer_many([Message(k, v) for k, v in blobs.items()]) == [C] * 20
     got = queue.poll_many(20)
     assert {e.key: e.payload for e in got} == blobs
+
+
+def test_a_large_offer_many_lands_whole_and_a_repeated_key_in_order(queue):
+    # several statements' worth (an offer statement takes at most 1,000 rows): one call,
+    # one transaction, written chunk by chunk; the key repeated at the end is applied last
+    n = 2_500
+    batch = [Message("dup", "first"), *(Message(f"k{i:05}", {"n": i}) for i in range(n)),
+             Message("dup", "last")]
+    assert queue.offer_many(batch) == [C] * (n + 1) + [U]
+    assert queue.stats().due == n + 1
+    assert queue.get("dup").payload == "last"
+    assert [queue.get(f"k{i:05}").payload for i in (0, 999, 1_000, n - 1)] \
+        == [{"n": 0}, {"n": 999}, {"n": 1_000}, {"n": n - 1}]
+
+
+def test_bad_input_in_the_middle_of_a_large_batch_writes_nothing(queue):
+    queue.offer("kept", "original")
+    good = [Message(f"k{i}", i) for i in range(2_500)]
+    for bad, problem in ((Message("b", object()), "not JSON-serializable"),
+                         (Message("n", 1, datetime(2030, 1, 1)), "naive"),
+                         (("a", 1), "Message objects; item 1501")):
+        with pytest.raises(InvalidArgumentError, match=problem):
+            queue.offer_many([Message("kept", "changed"), *good[:1_500], bad, *good[1_500:]])
+    assert queue.get("kept").payload == "original"
+    assert queue.stats().due == 1
+
+
+def test_a_large_offer_many_does_not_hold_every_encoded_payload_at_once(make_queue):
+    # 6,000 payloads of 10 KiB encoded (60 MiB) from one shared string (the caller's 10 KiB):
+    # written chunk by chunk, the call holds a few statements' worth (4 MiB each) at most.
+    # Python's own allocations are counted (tracemalloc), not the process's pages: nothing
+    # else moves them.
+    queue = make_queue(serializer=StrSerializer())
+    text = "x" * 10_240
+    batch = [Message(f"k{i}", text) for i in range(6_000)]
+    tracemalloc.start()
+    try:
+        assert queue.offer_many(batch) == [C] * len(batch)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(batch) * len(text) / 2
+    assert queue.stats().due == len(batch)
 
 
 def test_connection_joins_the_callers_transaction(queue, front):
