@@ -26,8 +26,7 @@ import sqlalchemy as sa
 from sqldelay import Message, SystemClock, Worker, WorkerListener
 
 from .. import references
-from ..harness import (OURS, PAYLOAD, ROUNDS, Bench, alternate, fill, percentile, run_threads,
-                       spread)
+from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, fill, percentile, run_threads, spread
 from ..plans import READS_PLANS, analyze, claim_index, claim_plan, due_statement, explain
 
 RATE = "messages/s"
