@@ -168,6 +168,14 @@ def produce(queue: DelayedQueue, clients: int, batch: int, batches: int,
     return work
 
 
+def offer_rate(queue: DelayedQueue, clients: int, batch: int, batches: int) -> float:
+    """Messages/s of ``batches`` offers of ``batch`` new messages from ``clients`` threads
+    (``produce``), due now; the queue is emptied afterwards."""
+    elapsed = run_threads(clients, produce(queue, clients, batch, batches, datetime.now(UTC)))
+    queue.clear()
+    return batches * batch / elapsed
+
+
 def drain(queue: DelayedQueue, batch: int) -> Callable[[int], None]:
     """A consumer body: claim ``batch`` at a time and ack until nothing is due."""
 

@@ -12,6 +12,7 @@ from . import (
     flow,
     history,
     inspection,
+    mysql_offer,
     peers,
     scaling,
     shards,
@@ -25,6 +26,7 @@ from . import (
 SCENARIOS = {
     "offer": throughput.offer,
     "offer_many": throughput.offer_many,
+    "mysql_offer": mysql_offer.mysql_offer,
     "offer_new_keys": contention.offer_new_keys,
     "poll_ack": throughput.poll_ack,
     "poll_many_ack_many": throughput.poll_many_ack_many,

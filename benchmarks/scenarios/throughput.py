@@ -9,10 +9,8 @@ the C client take turns (``references.compare``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from .. import references
-from ..harness import OURS, Bench, drain, fill, produce, run_threads
+from ..harness import OURS, Bench, drain, fill, offer_rate, run_threads
 
 
 def offer(bench: Bench) -> None:
@@ -36,13 +34,8 @@ def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     clients = bench.producers
     batches = messages // batch
 
-    def measure() -> float:
-        elapsed = run_threads(clients, produce(queue, clients, batch, batches,
-                                               datetime.now(UTC)))
-        queue.clear()
-        return batches * batch / elapsed
-
-    references.compare(bench, scenario, "offer", {OURS: measure}, batch=batch,
+    references.compare(bench, scenario, "offer",
+                       {OURS: lambda: offer_rate(queue, clients, batch, batches)}, batch=batch,
                        clients=clients, messages=batches * batch)
 
 
