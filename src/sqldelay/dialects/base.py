@@ -263,8 +263,7 @@ class QueueDao(FlowControl):
                 for r in conn.execute(self.select_existing(pkind, [r.key for r in rows]))
             }
             new = [r for r in rows if r.key not in existing]
-            changed = [r for r in rows
-                       if r.key in existing and r.update and existing[r.key] != r.state()]
+            changed = self.changed_rows(rows, existing)
             if new:
                 try:
                     self.insert_new(conn, pkind, new, now_ms, actor)
@@ -274,11 +273,21 @@ class QueueDao(FlowControl):
                     raise
             if changed:
                 conn.execute(*self.update_changed(pkind, changed, now_ms, actor))
-            created = {r.key for r in new}
-            updated = {r.key for r in changed}
-            return [OfferOutcome.CREATED if r.key in created
-                    else OfferOutcome.UPDATED if r.key in updated
-                    else OfferOutcome.IGNORED for r in rows]
+            return self.outcomes(rows, {r.key for r in new}, {r.key for r in changed})
+
+    @staticmethod
+    def changed_rows(rows: Sequence[OfferRow], existing: dict[str, tuple]) -> list[OfferRow]:
+        """The rows to update: those whose key exists (``existing``: key → the stored
+        ``OfferRow.state()``), that may update, and that differ from what is stored."""
+        return [r for r in rows
+                if r.key in existing and r.update and existing[r.key] != r.state()]
+
+    @staticmethod
+    def outcomes(rows: Sequence[OfferRow], created: Collection[str],
+                 updated: Collection[str]) -> list[OfferOutcome]:
+        return [OfferOutcome.CREATED if r.key in created
+                else OfferOutcome.UPDATED if r.key in updated
+                else OfferOutcome.IGNORED for r in rows]
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int, actor: str | None) -> None:
