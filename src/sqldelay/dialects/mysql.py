@@ -83,14 +83,17 @@ class MySQLQueueDao(QueueDao):
                               for by, stmt in self._mark_claimed.items()}
 
     def begin_offer(self, conn: sa.Connection) -> None:
-        # At InnoDB's default REPEATABLE READ, the offer's locking read of keys that do not
-        # exist yet takes gap locks, which do not conflict with each other; two producers of
-        # different new keys in one gap (ascending keys: order-1001, order-1002) then each
-        # wait for the other's gap lock to insert: deadlock 1213. READ COMMITTED takes no gap
-        # locks for these reads, and the offer needs no more: it locks the rows it compares,
-        # and a key inserted concurrently still meets the unique index (duplicate error, round
-        # again). SET TRANSACTION applies to the next transaction, which this one is.
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        # At InnoDB's default REPEATABLE READ, the portable offer's locking read of keys that
+        # do not exist yet takes gap locks, which do not conflict with each other; two
+        # producers of different new keys in one gap (ascending keys: order-1001, order-1002)
+        # then each wait for the other's gap lock to insert: deadlock 1213. READ COMMITTED
+        # takes no gap locks for these reads, and the offer needs no more: it locks the rows it
+        # compares, and a key inserted concurrently still meets the unique index (duplicate
+        # error, round again). SET TRANSACTION applies to the next transaction, which this one
+        # is. MariaDB's offer reads nothing before it inserts, and a duplicate key takes the
+        # same locks at either level, so it spares this round trip.
+        if not conn.dialect.is_mariadb:
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
               now_ms: int, actor: str | None = None) -> list[OfferOutcome]:
@@ -200,7 +203,9 @@ class MySQLQueueDao(QueueDao):
                 break
             except sa.exc.DBAPIError:
                 conn.rollback()
-        if isolation is not None and isolation.upper().replace("-", " ") != "READ COMMITTED":
+        # (MariaDB's offer takes no gap locks at REPEATABLE READ: the advice is MySQL's only)
+        if isolation is not None and not conn.dialect.is_mariadb \
+                and isolation.upper().replace("-", " ") != "READ COMMITTED":
             out.append(Advice("transaction_isolation", isolation,
                               "sqldelay's own offers run at READ COMMITTED; offers made in your "
                               "transactions at this level can deadlock on InnoDB gap locks "
