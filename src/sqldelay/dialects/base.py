@@ -259,7 +259,7 @@ class QueueDao(FlowControl):
         """
         while True:
             existing = {
-                r.pkey: (bytes(r.payload), r.scheduled_at_initially, r.priority, r.group_key)
+                r.pkey: self.stored_state(r)
                 for r in conn.execute(self.select_existing(pkind, [r.key for r in rows]))
             }
             new = [r for r in rows if r.key not in existing]
@@ -274,6 +274,11 @@ class QueueDao(FlowControl):
             if changed:
                 conn.execute(*self.update_changed(pkind, changed, now_ms, actor))
             return self.outcomes(rows, {r.key for r in new}, {r.key for r in changed})
+
+    @staticmethod
+    def stored_state(r: sa.Row) -> tuple:
+        """A row of ``select_existing`` as ``OfferRow.state()`` would be for it."""
+        return bytes(r.payload), r.scheduled_at_initially, r.priority, r.group_key
 
     @staticmethod
     def changed_rows(rows: Sequence[OfferRow], existing: dict[str, tuple]) -> list[OfferRow]:

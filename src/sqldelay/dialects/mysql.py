@@ -21,14 +21,13 @@ from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao
 
 # What follows the offer's multi-row INSERT on MariaDB (see MySQLQueueDao.offer): a key that
 # exists is locked and, if its row was created in this same millisecond, marked by turning its
-# attempt count n into -1 - n; RETURNING answers for every row, the stored values where the row
-# existed (its payload only then: a new row's is the one just sent).
+# attempt count n into -1 - n; RETURNING answers for every row, with its key where the row
+# existed and NULL where it is new (one short column: PyMySQL parses each returned value in
+# Python, and 100 rows of the stored values cost the offer as much as the read they replace).
 _OFFER_RETURNING = sa.text(
     " ON DUPLICATE KEY UPDATE"
     " deliveries = IF(created_at = VALUES(created_at), -1 - deliveries, deliveries)"
-    " RETURNING pkey, deliveries, created_at,"
-    " IF(deliveries < 0 OR created_at <> :b_now, payload, NULL) AS payload,"
-    " scheduled_at_initially, priority, group_key")
+    " RETURNING IF(deliveries < 0 OR created_at <> :b_now, pkey, NULL)")
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
 # read from the server once
@@ -71,10 +70,18 @@ class MySQLQueueDao(QueueDao):
         super().__init__(table)
         t = table
         self._offer_sql: dict[tuple, tuple[str, list[str] | None]] = {}
+        # MariaDB's offer reads and unmarks rows it has locked already, at the caller's
+        # isolation level: at REPEATABLE READ a read of the keys through any other index than
+        # the unique one (the planner's pick for a long IN-list) would lock the gaps between
+        # them too, where other producers insert new keys (deadlock, measured); one lookup per
+        # key in the unique index locks those rows alone
+        by_key = f"FORCE INDEX ({t.name}_kind_key_uq)"
         self._unmark = (sa.update(t)
                         .where(t.c.pkind == sa.bindparam("kind"),
                                t.c.pkey.in_(sa.bindparam("keys", expanding=True)))
-                        .values(deliveries=-1 - t.c.deliveries))
+                        .values(deliveries=-1 - t.c.deliveries)
+                        .with_hint(by_key))
+        self._by_key = by_key
         # Marking the claimed rows by id: on a small table the optimizer scans the whole
         # table for ``id IN (...)`` (measured on MariaDB 10.11: 40 rows, 10 ids), and at the
         # claim's REPEATABLE READ every row scanned stays locked to the end of the claim, so a
@@ -100,16 +107,19 @@ class MySQLQueueDao(QueueDao):
         # MySQL 8 has no INSERT … RETURNING: the portable lock-then-insert offer.
         #
         # On MariaDB one statement inserts every row: a batch of new keys is that INSERT and
-        # nothing else, where the portable offer first reads the keys (measured: the read
-        # cost the offer a third of its rate; benchmarks/, mysql_offer). ON DUPLICATE KEY
+        # nothing else, where the portable offer first reads the keys (and sets its isolation
+        # level): two round trips with the commit instead of four. A key that exists costs
+        # more than the read did (InnoDB inserts the row, meets the key, undoes the insert),
+        # so re-offers of existing keys are slower: measured in benchmarks/ (mysql_offer and
+        # the benchmarks README). ON DUPLICATE KEY
         # UPDATE takes an exclusive lock on each existing row, in the chunk's lock order, as
         # the portable locking read does. (INSERT IGNORE would take a shared one, and two
         # producers updating the same row would then deadlock upgrading it.) RETURNING tells
-        # the outcomes: a row whose created_at is not this offer's existed; one whose
-        # created_at is was inserted now, unless it is marked (deliveries < 0): a row created
-        # earlier in the same millisecond, which would otherwise look the same. The existing
-        # rows are then compared as in the portable offer; the changed ones are updated
-        # (which resets deliveries), the marks on the others undone, in this transaction.
+        # which keys existed: a row whose created_at is not this offer's, or one marked
+        # (deliveries < 0): a row created earlier in the same millisecond, which would
+        # otherwise look like the one just inserted. Only those rows are then read (locked
+        # already) and compared as in the portable offer; the changed ones are updated (which
+        # resets deliveries), the marks on the others undone, in this transaction.
         if not conn.dialect.is_mariadb:
             return super().offer(conn, pkind, rows, now_ms, actor)
         params = self.row_params(pkind, rows, now_ms, actor)
@@ -118,15 +128,16 @@ class MySQLQueueDao(QueueDao):
         values = [row[column] for row in params for column in columns]
         values.append(now_ms)
         bound = tuple(values) if names is None else dict(zip(names, values, strict=True))
+        found = [key for (key,) in conn.exec_driver_sql(sql, bound) if key is not None]
         existing: dict[str, tuple] = {}
         marked = []
-        for key, deliveries, created_at, payload, at, priority, group in \
-                conn.exec_driver_sql(sql, bound):
-            if deliveries < 0:
-                marked.append(key)
-            elif created_at == now_ms:
-                continue  # inserted now
-            existing[key] = (bytes(payload), at, priority, group)
+        if found:
+            read = (self.select_existing(pkind, found).add_columns(self.table.c.deliveries)
+                    .with_hint(self.table, self._by_key))
+            for r in conn.execute(read):
+                existing[r.pkey] = self.stored_state(r)
+                if r.deliveries < 0:
+                    marked.append(r.pkey)
         changed = self.changed_rows(rows, existing)
         if changed:
             conn.execute(*self.update_changed(pkind, changed, now_ms, actor))
