@@ -14,13 +14,16 @@ import enum
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 from .flow import FlowControl, chunked, claim_order
+
+# a statement ``QueueDao.by_key`` adjusts
+_ByKey = TypeVar("_ByKey", sa.Select, sa.Update)
 
 # "!" has no meaning in any supported database's string literals (a backslash has in MySQL's)
 LIKE_ESCAPE = "!"
@@ -533,8 +536,13 @@ class QueueDao(FlowControl):
         """Keep ``context`` (a producer's trace context) with the messages of ``keys``."""
         t = self.table
         for chunk in chunked(sorted(keys, key=self.lock_order), self.in_list_max):
-            conn.execute(sa.update(t).where(t.c.pkind == pkind, t.c.pkey.in_(chunk))
-                         .values(trace_context=context))
+            conn.execute(self.by_key(sa.update(t).where(t.c.pkind == pkind, t.c.pkey.in_(chunk))
+                                     .values(trace_context=context)))
+
+    def by_key(self, stmt: _ByKey) -> _ByKey:
+        """``stmt``, which finds the rows of a list of keys the offer has just written,
+        reading them key by key in the unique index where the database needs telling."""
+        return stmt
 
     def select_next_due(self, pkind: str) -> sa.Select:
         """The earliest due time (or lock expiry) of a queue: one step down its due index."""

@@ -70,24 +70,27 @@ class MySQLQueueDao(QueueDao):
         super().__init__(table)
         t = table
         self._offer_sql: dict[tuple, tuple[str, list[str] | None]] = {}
-        # MariaDB's offer reads and unmarks rows it has locked already, at the caller's
-        # isolation level: at REPEATABLE READ a read of the keys through any other index than
-        # the unique one (the planner's pick for a long IN-list) would lock the gaps between
-        # them too, where other producers insert new keys (deadlock, measured); one lookup per
-        # key in the unique index locks those rows alone
-        by_key = f"FORCE INDEX ({t.name}_kind_key_uq)"
-        self._unmark = (sa.update(t)
-                        .where(t.c.pkind == sa.bindparam("kind"),
-                               t.c.pkey.in_(sa.bindparam("keys", expanding=True)))
-                        .values(deliveries=-1 - t.c.deliveries)
-                        .with_hint(by_key))
-        self._by_key = by_key
+        self._unmark = self.by_key(sa.update(t)
+                                   .where(t.c.pkind == sa.bindparam("kind"),
+                                          t.c.pkey.in_(sa.bindparam("keys", expanding=True)))
+                                   .values(deliveries=-1 - t.c.deliveries))
         # Marking the claimed rows by id: on a small table the optimizer scans the whole
         # table for ``id IN (...)`` (measured on MariaDB 10.11: 40 rows, 10 ids), and at the
         # claim's REPEATABLE READ every row scanned stays locked to the end of the claim, so a
         # concurrent claim skips them all and finds nothing. The primary key reads only those.
         self._mark_claimed = {by: stmt.with_hint("FORCE INDEX (PRIMARY)")
                               for by, stmt in self._mark_claimed.items()}
+
+    def by_key(self, stmt):
+        # MariaDB's offer reads, unmarks and traces rows it has locked already, at the
+        # caller's isolation level: at REPEATABLE READ a read of the keys through another
+        # index than the unique one (the planner's pick for a long IN-list) locks the gaps
+        # between them too, where other producers insert new keys (deadlocks in
+        # test_offer_deadlocks); one lookup per key in the unique index locks those rows alone
+        hint = f"FORCE INDEX ({self.table.name}_kind_key_uq)"
+        if isinstance(stmt, sa.Select):
+            return stmt.with_hint(self.table, hint)
+        return stmt.with_hint(hint)
 
     def begin_offer(self, conn: sa.Connection) -> None:
         # At InnoDB's default REPEATABLE READ, the portable offer's locking read of keys that
@@ -132,8 +135,8 @@ class MySQLQueueDao(QueueDao):
         existing: dict[str, tuple] = {}
         marked = []
         if found:
-            read = (self.select_existing(pkind, found).add_columns(self.table.c.deliveries)
-                    .with_hint(self.table, self._by_key))
+            read = self.by_key(
+                self.select_existing(pkind, found).add_columns(self.table.c.deliveries))
             for r in conn.execute(read):
                 existing[r.pkey] = self.stored_state(r)
                 if r.deliveries < 0:
