@@ -114,15 +114,15 @@ class MySQLQueueDao(QueueDao):
         # level): two round trips with the commit instead of four. A key that exists costs
         # more than the read did (InnoDB inserts the row, meets the key, undoes the insert),
         # so re-offers of existing keys are slower: measured in benchmarks/ (mysql_offer and
-        # the benchmarks README). ON DUPLICATE KEY
-        # UPDATE takes an exclusive lock on each existing row, in the chunk's lock order, as
-        # the portable locking read does. (INSERT IGNORE would take a shared one, and two
-        # producers updating the same row would then deadlock upgrading it.) RETURNING tells
-        # which keys existed: a row whose created_at is not this offer's, or one marked
-        # (deliveries < 0): a row created earlier in the same millisecond, which would
-        # otherwise look like the one just inserted. Only those rows are then read (locked
-        # already) and compared as in the portable offer; the changed ones are updated (which
-        # resets deliveries), the marks on the others undone, in this transaction.
+        # the benchmarks README). ON DUPLICATE KEY UPDATE takes an exclusive lock on each
+        # existing row, in the chunk's lock order, as the portable locking read does.
+        # (INSERT IGNORE would take a shared one, and two producers updating the same row
+        # would then deadlock upgrading it.) RETURNING tells which keys existed: a row whose
+        # created_at is not this offer's, or one marked (deliveries < 0): a row created
+        # earlier in the same millisecond, which would otherwise look like the one just
+        # inserted. Only those rows are then read (locked already) and compared as in the
+        # portable offer; the changed ones are updated (which resets deliveries), the marks
+        # on the others undone, in this transaction.
         if not conn.dialect.is_mariadb:
             return super().offer(conn, pkind, rows, now_ms, actor)
         params = self.row_params(pkind, rows, now_ms, actor)
@@ -217,7 +217,8 @@ class MySQLQueueDao(QueueDao):
                 break
             except sa.exc.DBAPIError:
                 conn.rollback()
-        # (MariaDB's offer takes no gap locks at REPEATABLE READ: the advice is MySQL's only)
+        # (MariaDB's offer reads no absent keys, whose gap locks are what REPEATABLE READ
+        # adds: the advice is MySQL's only)
         if isolation is not None and not conn.dialect.is_mariadb \
                 and isolation.upper().replace("-", " ") != "READ COMMITTED":
             out.append(Advice("transaction_isolation", isolation,
