@@ -20,7 +20,8 @@ def describe(engine: sa.Engine) -> dict:
         "platform": platform.platform(),
         "cores": os.cpu_count(),
         "packages": {name: _version(name) for name in (
-            "sqldelay", "SQLAlchemy", "psycopg", "PyMySQL", "pgqueuer", "procrastinate")},
+            "sqldelay", "SQLAlchemy", "psycopg", "PyMySQL", "mysqlclient", "pgqueuer",
+            "procrastinate")},
         "dialect": engine.dialect.name,
         "driver": engine.dialect.driver,
         "server": server_version(engine),

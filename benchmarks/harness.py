@@ -177,6 +177,17 @@ def produce(queue: DelayedQueue, clients: int, batch: int, batches: int,
     return work
 
 
+def offer_rate(queue: DelayedQueue, clients: int, batch: int,
+               batches: int) -> tuple[float, float]:
+    """Messages/s of ``batches`` offers of ``batch`` new messages from ``clients`` threads
+    (``produce``), due now, and the CPU seconds this process spent on them; the queue is
+    emptied afterwards."""
+    elapsed, cpu = timed_threads(clients, produce(queue, clients, batch, batches,
+                                                  datetime.now(UTC)))
+    queue.clear()
+    return batches * batch / elapsed, cpu
+
+
 def drain(queue: DelayedQueue, batch: int) -> Callable[[int], None]:
     """A consumer body: claim ``batch`` at a time and ack until nothing is due."""
 

@@ -11,6 +11,13 @@ What our MySQL dialect does per call, as one procedure call per transaction pair
 
 The procedures are created beside the run's table and dropped with it by the caller's
 ``DROP PROCEDURE`` below.
+
+The client-side ceiling (``offer_wire``) needs no procedure: mysqlslap sends our offer's
+statement for ``batch`` new messages itself (on MariaDB the INSERT … ON DUPLICATE KEY UPDATE …
+RETURNING, whose 100 result rows it reads as ours does), every value written out as a literal
+(the same columns, kind, payload and times ours binds), over the wire from each connection, one
+commit a statement. Each key is ``CONCAT('k', UUID_SHORT())``, which the server makes unique
+at every row of every run, so each run inserts fresh keys as ours does.
 """
 
 from __future__ import annotations
@@ -21,7 +28,12 @@ import subprocess
 
 import sqlalchemy as sa
 
+from sqldelay.dialects import OfferRow
+
 from .harness import Bench
+
+# a placeholder of the drivers' paramstyles: %(name)s (pyformat) or %s (format)
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s")
 
 
 def executable() -> str | None:
@@ -61,13 +73,44 @@ END""",
     }
 
 
+def literal_offer(queue, dialect: sa.Dialect, batch: int, now_ms: int) -> str:
+    """The statement our offer sends for ``batch`` new messages of ``queue`` (as ``dialect``
+    compiles it), its values written out and each key left to the server (UUID_SHORT())."""
+    dao = queue.dao
+    payload = queue.serializer.encode({"job": "noop"})
+    params = dao.row_params(queue.pkind, [OfferRow("", payload, now_ms, True)] * batch, now_ms)
+    columns = [c.name for c in dao.table.columns if c.name in params[0]]
+    sql, names = dao._offer_statement(dialect, batch, columns)
+    values = ["CONCAT('k', UUID_SHORT())" if column == "pkey" else _literal(row[column])
+              for row in params for column in columns]
+    values.append(_literal(now_ms))  # the offer's time, last
+    if names is None:  # positional placeholders, in the order of the values
+        ordered = iter(values)
+        return _PLACEHOLDER.sub(lambda m: next(ordered), sql)
+    by_name = dict(zip(names, values, strict=True))
+    return _PLACEHOLDER.sub(lambda m: by_name[m.group(1)], sql)
+
+
+def _literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, bytes):
+        return f"x'{value.hex()}'"
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
 def run(bench: Bench, kind: str, *, queue, batch: int, clients: int, transactions: int,
         now_ms: int) -> float:
-    """Seconds mysqlslap took for about ``transactions`` calls of ``kind`` ("offer" or "drain")
-    on ``queue`` (its count is approximate: the caller counts the rows that moved)."""
+    """Seconds mysqlslap took for about ``transactions`` calls of ``kind`` ("offer" or "drain"
+    through the procedures, "offer_wire" our offer's statement itself) on ``queue`` (its count
+    is approximate: the caller counts the rows that moved)."""
+    if kind == "offer_wire":
+        return _slap(bench, clients, transactions,
+                     literal_offer(queue, bench.engine.dialect, batch, now_ms))
     table = queue.dao.table.name
     procs = procedures(table, batch)
-    url = sa.make_url(bench.url)
     with bench.engine.begin() as conn:
         for name, ddl in procs.items():
             conn.exec_driver_sql(f"DROP PROCEDURE IF EXISTS {name}")
@@ -78,18 +121,25 @@ def run(bench: Bench, kind: str, *, queue, batch: int, clients: int, transaction
     else:
         payload = queue.serializer.encode({"job": "noop"}).hex()
         call = f"CALL {table}_offer('{kind_literal}', {now_ms}, x'{payload}')"
-    cmd = [executable(), "-h", url.host or "127.0.0.1", "-P", str(url.port or 3306),
-           "-u", url.username or "root", "--create-schema", url.database or "test", "--no-drop",
-           "--concurrency", str(clients), "--iterations", "1",
-           "--number-of-queries", str(transactions), "--query", call]
-    if url.password:
-        cmd.append(f"--password={url.password}")
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        return _slap(bench, clients, transactions, call)
     finally:
         with bench.engine.begin() as conn:
             for name in procs:
                 conn.exec_driver_sql(f"DROP PROCEDURE IF EXISTS {name}")
+
+
+def _slap(bench: Bench, clients: int, transactions: int, query: str) -> float:
+    """Seconds mysqlslap took to send ``query`` about ``transactions`` times from ``clients``
+    connections."""
+    url = sa.make_url(bench.url)
+    cmd = [executable(), "-h", url.host or "127.0.0.1", "-P", str(url.port or 3306),
+           "-u", url.username or "root", "--create-schema", url.database or "test", "--no-drop",
+           "--concurrency", str(clients), "--iterations", "1",
+           "--number-of-queries", str(transactions), "--query", query]
+    if url.password:
+        cmd.append(f"--password={url.password}")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     m = re.search(r"Average number of seconds to run all queries: ([\d.]+)", done.stdout)
     if done.returncode != 0 or not m:
         raise RuntimeError(f"mysqlslap failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")

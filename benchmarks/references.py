@@ -11,7 +11,7 @@ and maximum, so one noisy stretch of a shared machine neither passes nor fails a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import mysqlslap, pgbench
@@ -31,13 +31,20 @@ class Reference:
     note: str = ""
 
 
+# the client-side offer ceiling: mysqlslap sends our offer statement itself (MariaDB/MySQL)
+CLIENT_SIDE = "offer_wire"
+
+
 def reference(bench: Bench, scenario: str, kind: str, *, batch: int, clients: int,
               messages: int) -> Reference | None:
-    """The ceiling of ``kind`` ("offer" or "drain") on this database; None on SQLite."""
-    if bench.dialect == "postgresql":
+    """The ceiling of ``kind`` ("offer" or "drain"; on MariaDB/MySQL also ``CLIENT_SIDE``) on
+    this database; None on SQLite and where the database's C client has no such ceiling."""
+    if bench.dialect == "postgresql" and kind != CLIENT_SIDE:
         subject, tool = "pgbench", pgbench
     elif bench.dialect in ("mysql", "mariadb"):
         subject, tool = "mysqlslap", mysqlslap
+        if kind == CLIENT_SIDE:
+            subject = "mysqlslap client-side"
     else:
         return None
     params = {"batch": batch, "clients": clients, "messages": messages}
@@ -56,8 +63,8 @@ def reference(bench: Bench, scenario: str, kind: str, *, batch: int, clients: in
         seconds = tool.run(bench, kind, queue=queue, batch=batch, clients=clients,
                            transactions=transactions, now_ms=now)
         left = queue.stats()
-        moved = (left.due + left.scheduled + left.in_flight) if kind == "offer" else \
-            transactions * batch - left.due
+        moved = transactions * batch - left.due if kind == "drain" else \
+            left.due + left.scheduled + left.in_flight
         queue.clear()
         return moved / seconds
 
@@ -77,12 +84,14 @@ def drain(bench: Bench, scenario: str, *, batch: int, clients: int, messages: in
 
 def compare(bench: Bench, scenario: str, kind: str,
             ours: dict[str, Callable[[], tuple[float, float]]], *,
-            batch: int, clients: int, messages: int) -> None:
+            batch: int, clients: int, messages: int, also: Sequence[str] = ()) -> None:
     """Measure each of ``ours`` (subject → one round's messages/s and the CPU seconds this
-    process spent on it, see ``harness.run_threads``) and the ceiling of ``kind`` in
-    alternating rounds; add each one's median, minimum and maximum, and for ours the median
-    client CPU per message."""
-    ref = reference(bench, scenario, kind, batch=batch, clients=clients, messages=messages)
+    process spent on it, see ``harness.timed_threads``) and the ceilings of ``kind`` and of
+    the kinds in ``also`` in alternating rounds; add each one's median, minimum and maximum,
+    and for ours the median client CPU per message."""
+    refs = [ref for ref in (reference(bench, scenario, k, batch=batch, clients=clients,
+                                      messages=messages) for k in (kind, *also))
+            if ref is not None]
     cpu: dict[str, list[float]] = {subject: [] for subject in ours}
 
     def timed(subject: str, measure: Callable[[], tuple[float, float]]) -> Callable[[], float]:
@@ -93,15 +102,16 @@ def compare(bench: Bench, scenario: str, kind: str,
         return run
 
     subjects = {subject: timed(subject, measure) for subject, measure in ours.items()}
-    if ref is not None and ref.measure is not None:
-        subjects[ref.subject] = ref.measure
+    subjects.update((ref.subject, ref.measure) for ref in refs if ref.measure is not None)
     rounds = ROUNDS if messages >= 1000 else 1  # --size tiny only proves the code runs
     params = {"batch": batch, "clients": clients, "messages": messages}
+    own = {subject: params for subject in ours} | {ref.subject: ref.params for ref in refs}
     for subject, values in alternate(rounds, subjects).items():
         stats = spread(values)
         extra = ({"client_cpu_us_per_message": spread(cpu[subject])["median"]}
                  if subject in ours else {})
         bench.add(scenario, subject, RATE, stats["median"],
-                  params={**(params if subject in ours else ref.params), **stats, **extra})
-    if ref is not None and ref.measure is None:
-        bench.add(scenario, ref.subject, RATE, None, params=ref.params, note=ref.note)
+                  params={**own[subject], **stats, **extra})
+    for ref in refs:
+        if ref.measure is None:
+            bench.add(scenario, ref.subject, RATE, None, params=ref.params, note=ref.note)

@@ -8,7 +8,9 @@ id), and each test its own queue name, so sessions running side by side on one s
 meet.
 
 A target is a database reached through one front end and driver: ``postgresql`` is the
-blocking API over psycopg, ``postgresql-asyncpg`` and ``postgresql-psycopg_async`` the asyncio
+blocking API over psycopg, ``mysql`` the MariaDB server over PyMySQL (``mysql+pymysql``),
+``mariadb`` the same server through SQLAlchemy's mariadb dialect name over mysqlclient
+(``mariadb+mysqldb``), ``postgresql-asyncpg`` and ``postgresql-psycopg_async`` the asyncio
 API over those drivers, and so on (``TARGETS``). Tests that take the ``queue``,
 ``make_queue``, ``front`` or ``async_url`` fixtures run on every target; the others
 (statements, migrations, errors of the database itself) once per database, through the
@@ -36,10 +38,12 @@ MYSQL_URL = os.environ.get("SQLDELAY_TEST_MYSQL_URL", "mysql+pymysql://root@127.
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # name -> URL; "mariadb" is the same server reached through SQLAlchemy's mariadb dialect name
+# and the C driver mysqlclient ("mysqldb"), so both supported drivers run every test
 SERVER_URLS = {
     "postgresql": PG_URL,
     "mysql": MYSQL_URL,
-    "mariadb": MYSQL_URL.replace("mysql+", "mariadb+", 1),
+    "mariadb": sa.make_url(MYSQL_URL).set(drivername="mariadb+mysqldb")
+    .render_as_string(hide_password=False),
 }
 
 

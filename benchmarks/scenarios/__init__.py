@@ -13,6 +13,7 @@ from . import (
     history,
     inspection,
     memory,
+    mysql_offer,
     peers,
     processes,
     scaling,
@@ -27,6 +28,7 @@ from . import (
 SCENARIOS = {
     "offer": throughput.offer,
     "offer_many": throughput.offer_many,
+    "mysql_offer": mysql_offer.mysql_offer,
     "offer_new_keys": contention.offer_new_keys,
     "poll_ack": throughput.poll_ack,
     "poll_many_ack_many": throughput.poll_many_ack_many,

@@ -10,10 +10,8 @@ statements through psycopg alone (``rawloop``), the limit of a Python client.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from .. import rawloop, references
-from ..harness import OURS, Bench, drain, fill, produce, timed_threads
+from ..harness import OURS, Bench, drain, fill, offer_rate, timed_threads
 
 
 def offer(bench: Bench) -> None:
@@ -37,13 +35,7 @@ def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     clients = bench.producers
     batches = messages // batch
 
-    def measure() -> tuple[float, float]:
-        elapsed, cpu = timed_threads(clients, produce(queue, clients, batch, batches,
-                                                      datetime.now(UTC)))
-        queue.clear()
-        return batches * batch / elapsed, cpu
-
-    subjects = {OURS: measure}
+    subjects = {OURS: lambda: offer_rate(queue, clients, batch, batches)}
     if bench.dialect == "postgresql":  # the same loop with no library code: the limit in Python
         raw = bench.queue(f"raw_{scenario}")
 

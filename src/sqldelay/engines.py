@@ -22,6 +22,7 @@ DRIVERS = {
     "psycopg_async": ("psycopg", "postgresql"),
     "asyncpg": ("asyncpg", "asyncpg"),
     "pymysql": ("pymysql", "mysql"),
+    "mysqldb": ("MySQLdb", "mysqlclient"),
     "asyncmy": ("asyncmy", "asyncmy"),
     "aiosqlite": ("aiosqlite", "aiosqlite"),
     "pyodbc": ("pyodbc", "mssql"),
@@ -33,9 +34,9 @@ ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "psycopg", "mysql": "async
                  "mariadb": "asyncmy", "mssql": "aioodbc", "oracle": "oracledb_async"}
 _ASYNC_ONLY = {"asyncpg", "psycopg_async", "asyncmy", "aiosqlite", "aiomysql", "aioodbc",
                "oracledb_async"}
-# what SQLAlchemy picks for a URL without a driver, which sqldelay does not install
-_SUGGESTED = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql",
-              "mariadb": "mariadb+pymysql"}
+# what SQLAlchemy picks for a URL without a driver, which sqldelay does not install (for
+# mysql:// and mariadb:// it picks mysqlclient, the mysqlclient extra)
+_SUGGESTED = {"postgresql": "postgresql+psycopg"}
 
 
 class DriverMissingError(SqlDelayError):

@@ -11,7 +11,7 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from benchmarks import pgbench
+from benchmarks import mysqlslap, pgbench
 from benchmarks.runner import main
 from benchmarks.scenarios import OPTIONAL, SCENARIOS
 from sqldelay import create_schema
@@ -32,7 +32,11 @@ def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, engine, t
     assert ours >= set(SCENARIOS) - OPTIONAL - {"peers", "async_peers", "async_overhead"}
     assert any(f["scenario"] == "async_overhead" and f["value"] for f in figures)
     assert {"peers_enqueue", "peers_process"} <= ours
-    assert all(f["value"] is not None for f in figures if f["subject"].startswith("sqldelay"))
+    # mysql_offer measures only MariaDB/MySQL; elsewhere it says so
+    mysql_only = set() if dialect in ("mysql", "mariadb") else {"mysql_offer"}
+    assert all(f["value"] is not None for f in figures
+               if f["subject"].startswith("sqldelay") and f["scenario"] not in mysql_only)
+    assert all(f["note"] for f in figures if f["scenario"] in mysql_only)
     # the asyncio front end beside the blocking one, through every async driver
     async_subjects = {f["subject"] for f in figures if f["scenario"] == "peers_process"
                       and f["subject"].startswith("sqldelay async")}
@@ -53,6 +57,12 @@ def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, engine, t
         # the C client moved every message it was given: the compiled statements work
         assert all(f["value"] and f["params"]["messages"] > 0 for f in ceilings)
         assert any(r["reference"] == "pgbench" for r in result["ratios"])
+    if dialect in ("mysql", "mariadb") and mysqlslap.executable():
+        # both drivers, and both ceilings moved the messages they were given
+        offers = {f["subject"]: f["value"] for f in figures if f["scenario"] == "mysql_offer"}
+        assert offers.keys() == {"sqldelay PyMySQL", "sqldelay mysqlclient", "mysqlslap",
+                                 "mysqlslap client-side"}
+        assert all(offers.values())
 
 
 def test_the_memory_and_process_scenarios_run_tiny(backend_url, engine, tmp_path):

@@ -31,9 +31,10 @@ def one_queue(engine):
     drop_schema(engine, table_name=name)
 
 
-class _PauseAfterLockingRead:
-    """A Connection that waits at ``barrier`` once its first SELECT (the offer's locking read
-    of the keys) has run, so two producers hold what that read locked at the same time."""
+class _PauseAfterFirstStatement:
+    """A Connection that waits at ``barrier`` once the offer's first statement has run (the
+    locking read of the keys, or the insert where the offer starts with it), so two producers
+    hold what that statement locked at the same time."""
 
     def __init__(self, conn: sa.Connection, barrier: threading.Barrier) -> None:
         self._conn, self._barrier, self._paused = conn, barrier, False
@@ -42,8 +43,13 @@ class _PauseAfterLockingRead:
         return getattr(self._conn, name)
 
     def execute(self, statement, *args, **kwargs):
-        result = self._conn.execute(statement, *args, **kwargs)
-        if isinstance(statement, sa.Select) and not self._paused:
+        return self._pause(self._conn.execute(statement, *args, **kwargs))
+
+    def exec_driver_sql(self, sql, *args, **kwargs):
+        return self._pause(self._conn.exec_driver_sql(sql, *args, **kwargs))
+
+    def _pause(self, result):
+        if not self._paused:
             self._paused = True
             self._barrier.wait()
         return result
@@ -56,7 +62,6 @@ def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(one_queue, engin
     if engine.dialect.name == "sqlite":
         pytest.skip("one writer at a time: two offer transactions cannot interleave")
     one_queue.offer("order-1000", {"n": 1000})
-    reads_first = one_queue.dao.name != "postgresql"  # PostgreSQL's offer is one statement
     barrier = threading.Barrier(2, timeout=30)
     errors: list[BaseException] = []
     outcomes: list[list[OfferOutcome]] = []
@@ -66,9 +71,9 @@ def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(one_queue, engin
             try:
                 one_queue.dao.begin_offer(conn)
                 one_queue.dao.begin_write(conn)
-                target = _PauseAfterLockingRead(conn, barrier) if reads_first else conn
                 outcomes.append(one_queue.dao.offer(
-                    target, one_queue.pkind, [OfferRow(key, b"{}", 0, True)], 0))
+                    _PauseAfterFirstStatement(conn, barrier), one_queue.pkind,
+                    [OfferRow(key, b"{}", 0, True)], 0))
                 conn.commit()
             except BaseException as exc:
                 errors.append(exc)

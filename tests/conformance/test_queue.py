@@ -118,6 +118,16 @@ def test_identical_offer_keeps_an_in_flight_lock(queue, clock):
     assert queue.poll() is None and env.ack() is True
 
 
+def test_identical_offer_in_the_instant_of_creation_keeps_the_attempt_count(queue, clock):
+    # an offer that changes nothing leaves the message as it was, its attempts included, even
+    # made in the very millisecond the message was created (and beside a new message)
+    at = clock.now()
+    queue.offer("k", "same", at)
+    assert queue.release(queue.poll()) is True
+    assert queue.offer_many([Message("k", "same", at), Message("j", "new", at)]) == [IG, C]
+    assert {env.key: env.attempt for env in queue.poll_many(10)} == {"k": 2, "j": 1}
+
+
 @pytest.mark.parametrize("limit", [1, 50, 1000])
 def test_poll_many_claims_up_to_limit(queue, limit):
     queue.offer_many([Message(f"k{i:04}", i) for i in range(limit + 7)])
