@@ -34,12 +34,11 @@ from sqldelay import DelayedQueue
 from sqldelay.worker import Worker
 
 from ..handlers import noop
-from ..harness import OURS, Bench, alternate, fill, spread
+from ..harness import OURS, ROUNDS, Bench, alternate, fill, spread
 from ..servers import process_cpu, tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding benchmarks/
 RATE = "messages/s"
-ROUNDS = 3
 POLL = 0.02  # seconds between this process's looks at the queue
 TIMEOUT = 1800.0
 
