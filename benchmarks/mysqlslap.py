@@ -13,11 +13,12 @@ The procedures are created beside the run's table and dropped with it by the cal
 ``DROP PROCEDURE`` below.
 
 The client-side ceiling (``offer_wire``) needs no procedure: mysqlslap sends our offer's
-statement for ``batch`` new messages itself (on MariaDB the INSERT … ON DUPLICATE KEY UPDATE …
-RETURNING, whose 100 result rows it reads as ours does), every value written out as a literal
-(the same columns, kind, payload and times ours binds), over the wire from each connection, one
+multi-row INSERT for ``batch`` new messages itself, every value written out as a literal (the
+same columns, kind, payload and times ours binds), over the wire from each connection, one
 commit a statement. Each key is ``CONCAT('k', UUID_SHORT())``, which the server makes unique
-at every row of every run, so each run inserts fresh keys as ours does.
+at every row of every run, so each run inserts fresh keys as ours does. Ours also sends the
+offer's locking read of the keys before it (and sets the isolation level), so this too is an
+upper bound.
 """
 
 from __future__ import annotations
@@ -74,16 +75,16 @@ END""",
 
 
 def literal_offer(queue, dialect: sa.Dialect, batch: int, now_ms: int) -> str:
-    """The statement our offer sends for ``batch`` new messages of ``queue`` (as ``dialect``
-    compiles it), its values written out and each key left to the server (UUID_SHORT())."""
+    """The INSERT our offer sends for ``batch`` new messages of ``queue`` (as ``dialect``
+    compiles it; the offer reads the keys before it), its values written out and each key
+    left to the server (UUID_SHORT())."""
     dao = queue.dao
     payload = queue.serializer.encode({"job": "noop"})
     params = dao.row_params(queue.pkind, [OfferRow("", payload, now_ms, True)] * batch, now_ms)
     columns = [c.name for c in dao.table.columns if c.name in params[0]]
-    sql, names = dao._offer_statement(dialect, batch, columns)
+    sql, names = dao._multirow_insert(dialect, dao.table, batch, columns)
     values = ["CONCAT('k', UUID_SHORT())" if column == "pkey" else _literal(row[column])
               for row in params for column in columns]
-    values.append(_literal(now_ms))  # the offer's time, last
     if names is None:  # positional placeholders, in the order of the values
         ordered = iter(values)
         return _PLACEHOLDER.sub(lambda m: next(ordered), sql)

@@ -44,12 +44,9 @@ ROWS = [OfferRow("new", b"{}", 1000, True), OfferRow("changed", b"[1]", 2000, Tr
 CLAIMED = (7, "k", b"{}", 10, 10, 5, 0, 0, None, None, None, None, None)
 
 
-def emitted(name: str, *, on_mariadb: bool | None = None) -> list[tuple[str, str]]:
-    """(label, SQL) for every statement the dialect's DAO emits, in a fixed order
-    (``on_mariadb``: as the dialect is once it has met a MariaDB server, or not)."""
+def emitted(name: str) -> list[tuple[str, str]]:
+    """(label, SQL) for every statement the dialect's DAO emits, in a fixed order."""
     dialect = sa.make_url(DIALECTS[name][0]).get_dialect()(paramstyle="named")
-    if on_mariadb is not None:
-        dialect.is_mariadb = on_mariadb
     dao = REGISTRY[name](queue_table(sa.MetaData()))
     tables = schema_tables(dao.table.metadata, dao.table.name)
     out = [(f"ddl {i}", sql)
@@ -65,11 +62,6 @@ def emitted(name: str, *, on_mariadb: bool | None = None) -> list[tuple[str, str
                 row(pkey="kept", payload=b"[9]", scheduled_at_initially=3000)]
     if name == "postgresql":  # one statement per update flag, each answering with its keys
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[], [("new", True, None)]])
-    elif getattr(dialect, "is_mariadb", False):  # one INSERT naming the keys that existed,
-        # whose rows are then read: "kept" was created in this very instant (marked)
-        record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [
-            [(None,), ("changed",), ("kept",)],
-            [row(deliveries=0, **vars(existing[0])), row(deliveries=-1, **vars(existing[1]))]])
     else:
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [existing])
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
@@ -128,16 +120,12 @@ def test_claims_lock_with_skip_locked_where_rows_can_be_locked():
 def test_mysql_and_mariadb_dialect_names_send_the_same_statements():
     # the anchor trap: MySQL-only SQL silently dropped under the "mariadb" dialect name; only
     # the DDL differs (the no-pad binary collation has a different name on each server), and
-    # deletions that say which keys went: MariaDB has DELETE ... RETURNING, MySQL does not.
-    # The offer follows the server, whatever the dialect's name: INSERT … RETURNING on MariaDB
-    def dml(name, **server):
-        return [sql for label, sql in emitted(name, **server)
+    # deletions that say which keys went: MariaDB has DELETE ... RETURNING, MySQL does not
+    def dml(name):
+        return [sql for label, sql in emitted(name)
                 if not label.startswith(("ddl", "ack_many which", "drop which"))]
 
-    assert dml("mysql", on_mariadb=True) == dml("mariadb")
-    offers = [sql for label, sql in emitted("mysql", on_mariadb=False)
-              if label.startswith("offer")]
-    assert offers[0].startswith("SELECT") and offers[0].endswith("FOR UPDATE")
+    assert dml("mysql") == dml("mariadb")
     returning = [sql for label, sql in emitted("mariadb") if label.startswith("drop which")]
     assert "RETURNING delayed_queue.pkey" in returning[0]
     locking = [sql for label, sql in emitted("mysql") if label.startswith("drop which")]

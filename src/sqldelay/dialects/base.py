@@ -14,16 +14,13 @@ import enum
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
 import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 from .flow import FlowControl, chunked, claim_order
-
-# a statement ``QueueDao.by_key`` adjusts
-_ByKey = TypeVar("_ByKey", sa.Select, sa.Update)
 
 # "!" has no meaning in any supported database's string literals (a backslash has in MySQL's)
 LIKE_ESCAPE = "!"
@@ -262,11 +259,12 @@ class QueueDao(FlowControl):
         """
         while True:
             existing = {
-                r.pkey: self.stored_state(r)
+                r.pkey: (bytes(r.payload), r.scheduled_at_initially, r.priority, r.group_key)
                 for r in conn.execute(self.select_existing(pkind, [r.key for r in rows]))
             }
             new = [r for r in rows if r.key not in existing]
-            changed = self.changed_rows(rows, existing)
+            changed = [r for r in rows
+                       if r.key in existing and r.update and existing[r.key] != r.state()]
             if new:
                 try:
                     self.insert_new(conn, pkind, new, now_ms, actor)
@@ -276,26 +274,11 @@ class QueueDao(FlowControl):
                     raise
             if changed:
                 conn.execute(*self.update_changed(pkind, changed, now_ms, actor))
-            return self.outcomes(rows, {r.key for r in new}, {r.key for r in changed})
-
-    @staticmethod
-    def stored_state(r: sa.Row) -> tuple:
-        """A row of ``select_existing`` as ``OfferRow.state()`` would be for it."""
-        return bytes(r.payload), r.scheduled_at_initially, r.priority, r.group_key
-
-    @staticmethod
-    def changed_rows(rows: Sequence[OfferRow], existing: dict[str, tuple]) -> list[OfferRow]:
-        """The rows to update: those whose key exists (``existing``: key → the stored
-        ``OfferRow.state()``), that may update, and that differ from what is stored."""
-        return [r for r in rows
-                if r.key in existing and r.update and existing[r.key] != r.state()]
-
-    @staticmethod
-    def outcomes(rows: Sequence[OfferRow], created: Collection[str],
-                 updated: Collection[str]) -> list[OfferOutcome]:
-        return [OfferOutcome.CREATED if r.key in created
-                else OfferOutcome.UPDATED if r.key in updated
-                else OfferOutcome.IGNORED for r in rows]
+            created = {r.key for r in new}
+            updated = {r.key for r in changed}
+            return [OfferOutcome.CREATED if r.key in created
+                    else OfferOutcome.UPDATED if r.key in updated
+                    else OfferOutcome.IGNORED for r in rows]
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int, actor: str | None) -> None:
@@ -536,13 +519,8 @@ class QueueDao(FlowControl):
         """Keep ``context`` (a producer's trace context) with the messages of ``keys``."""
         t = self.table
         for chunk in chunked(sorted(keys, key=self.lock_order), self.in_list_max):
-            conn.execute(self.by_key(sa.update(t).where(t.c.pkind == pkind, t.c.pkey.in_(chunk))
-                                     .values(trace_context=context)))
-
-    def by_key(self, stmt: _ByKey) -> _ByKey:
-        """``stmt``, which finds the rows of a list of keys the offer has just written,
-        reading them key by key in the unique index where the database needs telling."""
-        return stmt
+            conn.execute(sa.update(t).where(t.c.pkind == pkind, t.c.pkey.in_(chunk))
+                         .values(trace_context=context))
 
     def select_next_due(self, pkind: str) -> sa.Select:
         """The earliest due time (or lock expiry) of a queue: one step down its due index."""

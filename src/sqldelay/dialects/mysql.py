@@ -1,9 +1,7 @@
 """MySQL 8 and MariaDB >= 10.6 (dialect names "mysql" and "mariadb": both map here).
 
-The portable select-then-update claim fits InnoDB as it is, and so does the lock-then-insert
-offer on MySQL 8; on a MariaDB server the offer is one INSERT … RETURNING when its keys are new
-(``offer``). What InnoDB forces besides is the column types and the batched update of changed
-rows.
+The portable select-then-update claim and lock-then-insert offer fit InnoDB as they are; what
+InnoDB forces is only the column types and the batched update of changed rows.
 """
 
 from __future__ import annotations
@@ -15,19 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 
-from ..messages import OfferOutcome
 from ..schema import QueueKey, QueuePayload, QueueText
 from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao
-
-# What follows the offer's multi-row INSERT on MariaDB (see MySQLQueueDao.offer): a key that
-# exists is locked and, if its row was created in this same millisecond, marked by turning its
-# attempt count n into -1 - n; RETURNING answers for every row, with its key where the row
-# existed and NULL where it is new (one short column: PyMySQL parses each returned value in
-# Python, and 100 rows of the stored values cost the offer as much as the read they replace).
-_OFFER_RETURNING = sa.text(
-    " ON DUPLICATE KEY UPDATE"
-    " deliveries = IF(created_at = VALUES(created_at), -1 - deliveries, deliveries)"
-    " RETURNING IF(deliveries < 0 OR created_at <> :b_now, pkey, NULL)")
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
 # read from the server once
@@ -68,12 +55,6 @@ class MySQLQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        t = table
-        self._offer_sql: dict[tuple, tuple[str, list[str] | None]] = {}
-        self._unmark = self.by_key(sa.update(t)
-                                   .where(t.c.pkind == sa.bindparam("kind"),
-                                          t.c.pkey.in_(sa.bindparam("keys", expanding=True)))
-                                   .values(deliveries=-1 - t.c.deliveries))
         # Marking the claimed rows by id: on a small table the optimizer scans the whole
         # table for ``id IN (...)`` (measured on MariaDB 10.11: 40 rows, 10 ids), and at the
         # claim's REPEATABLE READ every row scanned stays locked to the end of the claim, so a
@@ -81,86 +62,15 @@ class MySQLQueueDao(QueueDao):
         self._mark_claimed = {by: stmt.with_hint("FORCE INDEX (PRIMARY)")
                               for by, stmt in self._mark_claimed.items()}
 
-    def by_key(self, stmt):
-        # MariaDB's offer reads, unmarks and traces rows it has locked already, at the
-        # caller's isolation level: at REPEATABLE READ a read of the keys through another
-        # index than the unique one (the planner's pick for a long IN-list) locks the gaps
-        # between them too, where other producers insert new keys (deadlocks in
-        # test_offer_deadlocks); one lookup per key in the unique index locks those rows alone
-        hint = f"FORCE INDEX ({self.table.name}_kind_key_uq)"
-        if isinstance(stmt, sa.Select):
-            return stmt.with_hint(self.table, hint)
-        return stmt.with_hint(hint)
-
     def begin_offer(self, conn: sa.Connection) -> None:
-        # At InnoDB's default REPEATABLE READ, the portable offer's locking read of keys that
-        # do not exist yet takes gap locks, which do not conflict with each other; two
-        # producers of different new keys in one gap (ascending keys: order-1001, order-1002)
-        # then each wait for the other's gap lock to insert: deadlock 1213. READ COMMITTED
-        # takes no gap locks for these reads, and the offer needs no more: it locks the rows it
-        # compares, and a key inserted concurrently still meets the unique index (duplicate
-        # error, round again). SET TRANSACTION applies to the next transaction, which this one
-        # is. MariaDB's offer reads nothing before it inserts, and a duplicate key takes the
-        # same locks at either level, so it spares this round trip.
-        if not conn.dialect.is_mariadb:
-            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-
-    def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-              now_ms: int, actor: str | None = None) -> list[OfferOutcome]:
-        # MySQL 8 has no INSERT … RETURNING: the portable lock-then-insert offer.
-        #
-        # On MariaDB one statement inserts every row: a batch of new keys is that INSERT and
-        # nothing else, where the portable offer first reads the keys (and sets its isolation
-        # level): two round trips with the commit instead of four. A key that exists costs
-        # more than the read did (InnoDB inserts the row, meets the key, undoes the insert),
-        # so re-offers of existing keys are slower: measured in benchmarks/ (mysql_offer and
-        # the benchmarks README). ON DUPLICATE KEY UPDATE takes an exclusive lock on each
-        # existing row, in the chunk's lock order, as the portable locking read does.
-        # (INSERT IGNORE would take a shared one, and two producers updating the same row
-        # would then deadlock upgrading it.) RETURNING tells which keys existed: a row whose
-        # created_at is not this offer's, or one marked (deliveries < 0): a row created
-        # earlier in the same millisecond, which would otherwise look like the one just
-        # inserted. Only those rows are then read (locked already) and compared as in the
-        # portable offer; the changed ones are updated (which resets deliveries), the marks
-        # on the others undone, in this transaction.
-        if not conn.dialect.is_mariadb:
-            return super().offer(conn, pkind, rows, now_ms, actor)
-        params = self.row_params(pkind, rows, now_ms, actor)
-        columns = [c.name for c in self.table.columns if c.name in params[0]]
-        sql, names = self._offer_statement(conn.dialect, len(rows), columns)
-        values = [row[column] for row in params for column in columns]
-        values.append(now_ms)
-        bound = tuple(values) if names is None else dict(zip(names, values, strict=True))
-        found = [key for (key,) in conn.exec_driver_sql(sql, bound) if key is not None]
-        existing: dict[str, tuple] = {}
-        marked = []
-        if found:
-            read = self.by_key(
-                self.select_existing(pkind, found).add_columns(self.table.c.deliveries))
-            for r in conn.execute(read):
-                existing[r.pkey] = self.stored_state(r)
-                if r.deliveries < 0:
-                    marked.append(r.pkey)
-        changed = self.changed_rows(rows, existing)
-        if changed:
-            conn.execute(*self.update_changed(pkind, changed, now_ms, actor))
-        updated = {r.key for r in changed}
-        unmark = [key for key in marked if key not in updated]
-        if unmark:
-            conn.execute(self._unmark, {"kind": pkind, "keys": unmark})
-        return self.outcomes(rows, {r.key for r in rows if r.key not in existing}, updated)
-
-    def _offer_statement(self, dialect: sa.Dialect, n: int,
-                         columns: Sequence[str]) -> tuple[str, list[str] | None]:
-        """MariaDB's offer of n rows of ``columns``: the SQL for the driver and its parameter
-        names (None: positional), the rows' values followed by the offer's time."""
-        key = (dialect.paramstyle, n, tuple(columns))
-        if key not in self._offer_sql:
-            head, names = self._multirow_insert(dialect, self.table, n, columns)
-            tail = _OFFER_RETURNING.compile(dialect=dialect)
-            self._offer_sql[key] = (head + tail.string,
-                                    None if names is None else [*names, "b_now"])
-        return self._offer_sql[key]
+        # At InnoDB's default REPEATABLE READ, the offer's locking read of keys that do not
+        # exist yet takes gap locks, which do not conflict with each other; two producers of
+        # different new keys in one gap (ascending keys: order-1001, order-1002) then each
+        # wait for the other's gap lock to insert: deadlock 1213. READ COMMITTED takes no gap
+        # locks for these reads, and the offer needs no more: it locks the rows it compares,
+        # and a key inserted concurrently still meets the unique index (duplicate error, round
+        # again). SET TRANSACTION applies to the next transaction, which this one is.
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
 
     def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
                       rows: list[dict]) -> None:
@@ -217,10 +127,7 @@ class MySQLQueueDao(QueueDao):
                 break
             except sa.exc.DBAPIError:
                 conn.rollback()
-        # (MariaDB's offer reads no absent keys, whose gap locks are what REPEATABLE READ
-        # adds: the advice is MySQL's only)
-        if isolation is not None and not conn.dialect.is_mariadb \
-                and isolation.upper().replace("-", " ") != "READ COMMITTED":
+        if isolation is not None and isolation.upper().replace("-", " ") != "READ COMMITTED":
             out.append(Advice("transaction_isolation", isolation,
                               "sqldelay's own offers run at READ COMMITTED; offers made in your "
                               "transactions at this level can deadlock on InnoDB gap locks "
