@@ -212,6 +212,12 @@ def alternate(rounds: int, subjects: dict[str, Callable[[], float]]) -> dict[str
     return values
 
 
+def rounds_for(messages: int, rounds: int = ROUNDS) -> int:
+    """``rounds``, or one for a run too small to measure (``--size tiny`` only proves the code
+    runs)."""
+    return rounds if messages >= 1000 else 1
+
+
 def spread(values: list[float]) -> dict:
     """The median of repeated measurements, with their minimum and maximum for the report."""
     ordered = sorted(values)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import mysqlslap, pgbench
-from .harness import ROUNDS, Bench, alternate, fill, spread
+from .harness import Bench, alternate, fill, rounds_for, spread
 
 RATE = "messages/s"
 
@@ -103,10 +103,9 @@ def compare(bench: Bench, scenario: str, kind: str,
 
     subjects = {subject: timed(subject, measure) for subject, measure in ours.items()}
     subjects.update((ref.subject, ref.measure) for ref in refs if ref.measure is not None)
-    rounds = ROUNDS if messages >= 1000 else 1  # --size tiny only proves the code runs
     params = {"batch": batch, "clients": clients, "messages": messages}
     own = {subject: params for subject in ours} | {ref.subject: ref.params for ref in refs}
-    for subject, values in alternate(rounds, subjects).items():
+    for subject, values in alternate(rounds_for(messages), subjects).items():
         stats = spread(values)
         extra = ({"client_cpu_us_per_message": spread(cpu[subject])["median"]}
                  if subject in ours else {})

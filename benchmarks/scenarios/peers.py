@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from sqldelay import Message
 
-from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, drain, run_threads, spread
+from ..harness import OURS, PAYLOAD, Bench, alternate, drain, rounds_for, run_threads, spread
 
 ENQUEUE, PROCESS = "peers_enqueue", "peers_process"
 RATE = "jobs/s"
@@ -43,8 +43,7 @@ def peers(bench: Bench) -> None:
                               note="not installed: pip install -e '.[bench-peers]'")
                 continue
             subjects[name] = lambda run=run: asyncio.run(run(bench, conninfo, n))
-    rounds = ROUNDS if n >= 1000 else 1  # --size tiny only proves the code runs
-    runs = alternate(rounds, subjects)
+    runs = alternate(rounds_for(n), subjects)
     for subject, values in runs.items():
         enqueue = spread([n / enqueue_s for enqueue_s, _, _ in values])
         bench.add(ENQUEUE, subject, RATE, enqueue["median"], params={**params, **enqueue})

@@ -34,7 +34,7 @@ from sqldelay import DelayedQueue
 from sqldelay.worker import Worker
 
 from ..handlers import noop
-from ..harness import OURS, ROUNDS, Bench, alternate, fill, spread
+from ..harness import OURS, Bench, alternate, fill, rounds_for, spread
 from ..servers import process_cpu, tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding benchmarks/
@@ -166,7 +166,7 @@ def worker_processes(bench: Bench) -> None:
     }
     details: dict[str, list[dict]] = {subject: [] for subject in subjects}
     tables = (bench.table_for(f"_wp{i}") for i in itertools.count())
-    runs = alternate(1 if n < 1000 else ROUNDS,
+    runs = alternate(rounds_for(n),
                      {subject: (lambda s=subject: _round(bench, n, subjects[s][1], details[s],
                                                         next(tables)))
                       for subject in subjects})

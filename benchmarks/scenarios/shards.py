@@ -27,7 +27,17 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, ShardedQueue, create_schema
 
-from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, drain, run_threads, spread
+from ..harness import (
+    OURS,
+    PAYLOAD,
+    ROUNDS,
+    Bench,
+    alternate,
+    drain,
+    rounds_for,
+    run_threads,
+    spread,
+)
 from ..servers import PrivatePostgres, ServerMissing
 
 RATE = "messages/s"
@@ -107,7 +117,7 @@ def shards_scaling(bench: Bench) -> None:
                 queue.clear()
             return n / elapsed
 
-        rounds = 1 if n < 1000 else ROUNDS
+        rounds = rounds_for(n)
         runs = alternate(rounds, {(c, p): (lambda c=c, p=p: measure(c, p))
                                   for c in counts for p in ("offer", "drain")})
         for phase in ("offer", "drain"):
@@ -159,7 +169,7 @@ def shards_routing(bench: Bench) -> None:
             _offer_body(queue, n, 1, 1000, "d")(0)
             return n / run_threads(1, drain(queue, bench.batch))
 
-        rounds = 1 if n < 1000 else ROUNDS * 2 - 1
+        rounds = rounds_for(n, ROUNDS * 2 - 1)
         for what, measure, count in (("offer", offers, singles),
                                      ("offer_many", offer_many, n),
                                      ("poll_many_ack_many", drained, n)):

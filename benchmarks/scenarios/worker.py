@@ -20,7 +20,7 @@ from datetime import timedelta
 from sqldelay.listeners import WorkerListener
 from sqldelay.worker import Worker
 
-from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, fill, percentile, spread
+from ..harness import OURS, PAYLOAD, Bench, alternate, fill, percentile, rounds_for, spread
 from .peers import RATE, peers_database, pgqueuer_round
 
 PROBES = 20
@@ -51,8 +51,7 @@ def worker_drain(bench: Bench) -> None:
             return done / process_s
 
         subjects["pgqueuer"] = pgqueuer
-    rounds = ROUNDS if n >= 1000 else 1  # --size tiny only proves the code runs
-    for subject, values in alternate(rounds, subjects).items():
+    for subject, values in alternate(rounds_for(n), subjects).items():
         stats = spread(values)
         bench.add("worker_drain", subject, RATE, stats["median"], params={**params, **stats})
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -18,8 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from sqldelay import Message, SystemClock
+from sqldelay import DelayedQueue, Message, SystemClock, Worker, create_schema
 
 from .test_worker import wait_for
 
@@ -189,10 +191,6 @@ def test_a_worker_of_two_processes_shares_the_queue_and_ends_with_its_parent(
 
 def _drain_in_child(url: str, table: str) -> None:
     # a forked child: its own engine, the queue drained by a worker that acks as it goes
-    import sqlalchemy as sa
-
-    from sqldelay import DelayedQueue, Worker
-
     engine = sa.create_engine(url)
     q = DelayedQueue(engine, "forked", table_name=table)
     handled = Worker(q, lambda env: None, batch_size=10).drain()
@@ -202,12 +200,6 @@ def _drain_in_child(url: str, table: str) -> None:
 def test_a_worker_forked_after_one_ran_in_the_parent_still_acks(tmp_path):
     # Worker(processes=N) forks; the parent may have run workers (or sharded calls) before,
     # whose helper threads the child does not inherit
-    import multiprocessing
-
-    import sqlalchemy as sa
-
-    from sqldelay import DelayedQueue, Worker, create_schema
-
     url = f"sqlite:///{tmp_path / 'fork.db'}"
     engine = sa.create_engine(url)
     create_schema(engine, table_name="forked_t")
