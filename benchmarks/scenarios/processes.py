@@ -148,8 +148,9 @@ def _round(bench: Bench, n: int, start: Callable[[DelayedQueue, str], object],
     finally:
         subject.stop()
     server = backends.seconds()
+    after_start_up = now - first[0]  # none where the first look already found the queue empty
     results.append({"start_to_empty_s": now - began, "start_up_s": first[0] - began,
-                    "after_start_up": n / (now - first[0]),
+                    "after_start_up": n / after_start_up if after_start_up > 0 else None,
                     "client_cpu_us_per_message": cpu / n * 1e6,
                     "server_cpu_us_per_message": None if server is None else server / n * 1e6})
     return n / (now - began)
@@ -172,8 +173,8 @@ def worker_processes(bench: Bench) -> None:
                       for subject in subjects})
     for subject, rates in runs.items():
         rounds = details[subject]
-        medians = {key: spread([r[key] for r in rounds])["median"] for key in rounds[0]
-                   if rounds[0][key] is not None}
+        measured = {key: [r[key] for r in rounds if r[key] is not None] for key in rounds[0]}
+        medians = {key: spread(values)["median"] for key, values in measured.items() if values}
         bench.add("worker_processes", subject, RATE, spread(rates)["median"],
                   params={"how": subjects[subject][0], "messages": n,
                           "concurrency": bench.consumers, "batch": bench.batch,
