@@ -21,8 +21,6 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
-import sqlalchemy as sa
-
 from sqldelay import Message, SystemClock, Worker, WorkerListener
 
 from .. import references
@@ -195,8 +193,7 @@ def _plans(bench: Bench, queue, variant: str) -> dict:
     now = queue.now_ms()
     values = {"b_kind": queue.pkind, "b_now": now, "b_limit": bench.batch}
     groups = [f"g{i}" for i in range(bench.batch)]
-    heads = explain(bench.engine, dao.lock_rows(sa.select(t.c.id).where(t.c.id.in_(
-        dao._group_heads(queue.pkind, groups, now))), t, skip=False), values, t)
+    heads = explain(bench.engine, dao.group_heads(queue.pkind, groups, now), values, t)
     ungrouped = explain(bench.engine, due_statement(queue, now, bench.batch, ("ungrouped",)),
                         values, t)
     return {"group heads": {"plan": heads.text, "as_expected":

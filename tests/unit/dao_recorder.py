@@ -169,9 +169,9 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         out.extend((f"{label} {i}", stmt, params) for i, (stmt, params) in enumerate(conn.executed))
 
     claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1", None, None, None, None)
-    # making group rows: PostgreSQL (ON CONFLICT) and MySQL (INSERT IGNORE) in one statement,
-    # the others read, then insert
-    absent = [[]] if dao.name in ("postgresql", "mysql", "mariadb") else [[], []]
+    # making group rows: PostgreSQL in one statement (ON CONFLICT), the others read, then
+    # insert what they did not find
+    absent = [[]] if dao.name == "postgresql" else [[], []]
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
         [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], [row(id=7, group_key="g1")], *absent,
         [row(group_key="g1")], [claimed], []])

@@ -133,6 +133,8 @@ class QueueDao(FlowControl):
         self.table = t = table
         # the index claims walk: (pkind, priority DESC, scheduled_at, id)
         self.claim_index = f"{t.name}_kind_prio_ix"
+        # a group's messages in the group's order: (pkind, group_key, priority DESC, …)
+        self.group_index = f"{t.name}_kind_group_ix"
         self._insert_sql: dict[tuple, tuple[str, list[str] | None]] = {}
         # in the order of ClaimedRow's fields
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
@@ -142,15 +144,19 @@ class QueueDao(FlowControl):
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
                                        t.c.lock_uuid == sa.bindparam("lock"))
         self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
-                                            t.c.id.in_(sa.bindparam("ids", expanding=True)))
+                                            self.ids_listed())
         self._init_flow()
         mark = (sa.update(t)
-                .where(t.c.id.in_(sa.bindparam("ids", expanding=True)))
+                .where(self.ids_listed())
                 .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
                         deliveries=t.c.deliveries + 1))
         # by whether the claim names its holder (queues that keep history)
         self._mark_claimed = {False: mark,
                               True: mark.values(claimed_by=sa.bindparam("actor"))}
+
+    def ids_listed(self) -> sa.ColumnElement[bool]:
+        """The messages whose ids the parameter ``ids`` lists (acks, claim marks)."""
+        return self.table.c.id.in_(sa.bindparam("ids", expanding=True))
 
     # ---- database settings ---------------------------------------------------------------
 

@@ -77,9 +77,12 @@ class MySQLQueueDao(QueueDao):
         # The portable read-then-insert loops for ever here: at REPEATABLE READ the read
         # after a duplicate-key error sees the transaction's first snapshot, without the row
         # another one committed meanwhile. INSERT IGNORE skips existing keys instead (no
-        # prefix_with dialect filter: the "mariadb" dialect name would drop it).
-        conn.execute(sa.insert(table).prefix_with("IGNORE"),
-                     [{"pkind": pkind, **r} for r in rows])
+        # prefix_with dialect filter: the "mariadb" dialect name would drop it). Only what a
+        # plain read does not find goes in: INSERT IGNORE takes a shared lock on each key it
+        # finds, and given every group of a claim it waited behind the concurrent claims
+        # holding any of them (10 ms an insert with four consumers, nine inserts a claim)
+        if missing := self.absent_rows(conn, table, pkind, rows):
+            conn.execute(sa.insert(table).prefix_with("IGNORE"), missing)
 
     def select_due(self, pkind: str, now_ms: int, limit: int,
                    where: Sequence[str] = ()) -> sa.Select:
@@ -93,6 +96,12 @@ class MySQLQueueDao(QueueDao):
         if "ungrouped" in where:  # a grouped queue's ungrouped messages: the planner's choice
             return stmt
         return stmt.with_hint(self.table, f"FORCE INDEX ({self.claim_index})")
+
+    def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
+        # On a table whose statistics were taken empty, MariaDB probed the queue for a
+        # group's messages through the due index, on pkind alone: every message of the
+        # queue for each group (0.9 s to free the groups of one ack of 100)
+        return stmt if index is None else stmt.with_hint(self.table, f"FORCE INDEX ({index})")
 
     def current_read(self, stmt: sa.Select) -> sa.Select:
         # Claims run at InnoDB's REPEATABLE READ, where a plain read sees the snapshot the

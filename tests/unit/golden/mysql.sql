@@ -77,39 +77,45 @@ SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind
 SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1;
 
 -- controlled claim 5
-INSERT IGNORE INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
+SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
 
 -- controlled claim 6
-SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
+INSERT IGNORE INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
 
 -- controlled claim 7
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue WHERE delayed_queue.id IN (SELECT (SELECT delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id LIMIT :param_1) AS anon_1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1)) FOR UPDATE;
+SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
 
 -- controlled claim 8
-SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue WHERE delayed_queue.id IN (SELECT (SELECT delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id LIMIT :param_1) AS anon_1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1)) FOR UPDATE;
 
 -- controlled claim 9
-UPDATE delayed_queue FORCE INDEX (PRIMARY) SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NULL ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
 
 -- controlled claim 10
-UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
+UPDATE delayed_queue FORCE INDEX (PRIMARY) SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
 
 -- controlled claim 11
+UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
+
+-- controlled claim 12
 UPDATE delayed_queue_settings SET tokens_milli=:tokens_milli, refilled_at=:refilled_at WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- free groups 0
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
 
 -- free groups 1
-DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND (delayed_queue_groups.group_key NOT IN (SELECT delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_2 AND delayed_queue.group_key IN (:group_key_2_1, :group_key_2_2)));
+DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue FORCE INDEX (delayed_queue_kind_group_ix) WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
 
 -- extend group 0
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key = :group_key_1 AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
 
 -- settings 0
-INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
+SELECT delayed_queue_settings.pkind FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- settings 1
+INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
+
+-- settings 2
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- offer by 0

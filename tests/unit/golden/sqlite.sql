@@ -104,7 +104,7 @@ UPDATE delayed_queue_settings SET tokens_milli=:tokens_milli, refilled_at=:refil
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
 
 -- free groups 1
-DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND (delayed_queue_groups.group_key NOT IN (SELECT delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_2 AND delayed_queue.group_key IN (:group_key_2_1, :group_key_2_2)));
+DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
 
 -- extend group 0
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key = :group_key_1 AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
