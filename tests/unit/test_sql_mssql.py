@@ -6,6 +6,8 @@ against a live server (tests/conftest.py starts one when a Docker engine is reac
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import sqlalchemy as sa
 import sqlglot
@@ -207,7 +209,7 @@ def test_freeing_many_groups_stays_under_the_parameter_limit(dao):
     dao.free_groups(conn, "q|json", "lock-1", [f"g{i}" for i in range(2500)])
     sizes = [len(stmt.compile(dialect=DIALECT).construct_expanded_state(params or {})
                  .parameters) for stmt, params in conn.executed]
-    assert len(sizes) == 2 * -(-2500 // dao.in_list_max) and max(sizes) < PARAMETER_LIMIT
+    assert len(sizes) == 2 * math.ceil(2500 / dao.in_list_max) and max(sizes) < PARAMETER_LIMIT
 
 
 def test_ack_many_splits_ids_under_the_parameter_limit(dao):
