@@ -18,8 +18,10 @@ and take the controlled path, in one transaction:
   group, and mark the group claimed until the message's lock expires. Acks, releases and dead
   letters free it; an expired lock frees it by itself.
 
-The statements are portable SQLAlchemy Core; a dialect changes only how rows are locked
-(``lock_rows``) and how absent rows are inserted (``insert_absent``).
+The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
+FlowControl (how rows are locked, read currently, probed and inserted when absent) and, where
+its planner needs another form, how the free groups are locked (``lock_free_groups``) and
+their heads read (``group_heads``).
 """
 
 from __future__ import annotations
