@@ -16,7 +16,7 @@ from typing import Any
 from .clock import Clock
 from .concurrency import Connection, Engine, engine_problem
 from .cron import CronService
-from .dialects.flow import NeedsTransaction
+from .dialects.flow import NeedsTransaction, Raced
 from .errors import InvalidArgumentError
 from .executor import Executor
 from .history import History, HistoryEvent
@@ -124,12 +124,16 @@ class DelayedQueue(QueueBase):
         earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
         the consumer (stored as ``claimed_by``; with history its default is this thread or
         task, host:pid:name)."""
-        op = self.claim_op(limit, by)
+        op = self.claim_op(limit, by, own_transaction=connection is None)
         with self.tracer.span(CLAIM, self.name, limit):
             try:
                 return self.executor.run(op, write=True, connection=connection,
                                          one_statement=self.claim_alone)
             except NeedsTransaction:  # a queue under flow control: claimed in a transaction
+                pass
+            try:
+                return self.executor.run(op, write=True, connection=connection)
+            except Raced:  # its rate-limit tokens spent by another claim: locked first
                 return self.executor.run(op, write=True, connection=connection)
 
     def ack(self, envelope: Envelope, *,

@@ -14,7 +14,7 @@ from typing import Any
 from .clock import Clock
 from .concurrency_async import AsyncConnection, AsyncEngine, engine_problem
 from .cron_async import AsyncCronService
-from .dialects.flow import NeedsTransaction
+from .dialects.flow import NeedsTransaction, Raced
 from .errors import InvalidArgumentError
 from .executor_async import AsyncExecutor
 from .history import History, HistoryEvent
@@ -122,12 +122,16 @@ class AsyncDelayedQueue(QueueBase):
         earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
         the consumer (stored as ``claimed_by``; with history its default is this thread or
         task, host:pid:name)."""
-        op = self.claim_op(limit, by)
+        op = self.claim_op(limit, by, own_transaction=connection is None)
         with self.tracer.span(CLAIM, self.name, limit):
             try:
                 return await self.executor.run(op, write=True, connection=connection,
                                                one_statement=self.claim_alone)
             except NeedsTransaction:  # a queue under flow control: claimed in a transaction
+                pass
+            try:
+                return await self.executor.run(op, write=True, connection=connection)
+            except Raced:  # its rate-limit tokens spent by another claim: locked first
                 return await self.executor.run(op, write=True, connection=connection)
 
     async def ack(self, envelope: Envelope, *,

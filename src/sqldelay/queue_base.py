@@ -23,6 +23,7 @@ from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, PayloadBudget, chunked
+from .dialects.flow import Raced
 from .errors import InvalidArgumentError
 from .history import (
     EventKind,
@@ -115,6 +116,9 @@ class QueueBase:
         # claims run as one statement where the database gains by it, until a claim finds the
         # queue under flow control, whose claim takes a transaction (as does a recorded one)
         self.claim_alone = self.dao.claim_is_one_statement and self.recorder is None
+        # whether the last claim found the queue under flow control (its next one then reads the
+        # settings first): a hint of where to start, never trusted for what to claim
+        self.controlled = False
         # set once this object's offers have marked the queue as having groups
         self.groups_flagged = False
 
@@ -197,20 +201,30 @@ class QueueBase:
 
     # ---- claims ------------------------------------------------------------------------------
 
-    def claim_op(self, limit: int, by: str | None = None) -> Callable[[sa.Connection],
-                                                                     list[Envelope]]:
+    def claim_op(self, limit: int, by: str | None = None, *,
+                 own_transaction: bool = True) -> Callable[[sa.Connection], list[Envelope]]:
         """The claim of up to ``limit`` due messages (earliest first) under one lock id, held
-        by ``by`` (default, with history: this thread or task, host:pid:name)."""
+        by ``by`` (default, with history: this thread or task, host:pid:name).
+        ``own_transaction``: the op runs in a transaction of its own, so it may raise
+        NeedsTransaction (or Raced) to be run again."""
         check_positive_int(limit, "limit")
         check_actor(by)
         actor = by if by is not None or self.recorder is None else current_actor()
         now = self.now_ms()
         until = now + self._acquire_ms
         lock = str(uuid.uuid4())
+        optimistic = own_transaction
 
         def op(conn: sa.Connection) -> list[Envelope]:
-            rows, controlled = self.dao.claim_checked(conn, self.pkind, now, limit, lock, until,
-                                                      actor)
+            nonlocal optimistic
+            try:
+                rows, controlled = self.dao.claim_checked(
+                    conn, self.pkind, now, limit, lock, until, actor,
+                    controlled=self.controlled, optimistic=optimistic)
+            except Raced:
+                optimistic = False  # run again, the settings locked first
+                raise
+            self.controlled = controlled
             self.claim_alone = (self.dao.claim_is_one_statement and not controlled
                                 and self.recorder is None)
             if self.recorder is not None:

@@ -8,6 +8,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from sqldelay import (
     InvalidArgumentError,
@@ -231,6 +232,39 @@ def test_the_rate_limit_is_a_token_bucket_spent_by_every_consumer(make_queue, cl
     assert len(queue.poll_many(10)) == 5
     queue.set_rate_limit(None)
     assert len(queue.poll_many(100)) == 50 - 11
+
+
+def test_a_claim_whose_tokens_another_spent_first_takes_only_what_is_left(make_queue, front,
+                                                                         engine):
+    # A queue with a rate limit alone charges its bucket just before the commit. Here another
+    # consumer spends two of the three tokens between this claim's read of the bucket and its
+    # charge: the claim must not take three, nor lose or mark the messages it gave back.
+    if engine.dialect.name == "sqlite":
+        pytest.skip("one writer at a time: no claim can spend tokens while another runs")
+    queue = make_queue()
+    queue.offer_many([Message(f"k{i}", i) for i in range(5)])
+    queue.set_rate_limit(3, per=timedelta(hours=1))
+    settings = queue.dao.settings
+    spent = []
+
+    def spend(conn, cursor, statement, parameters, context, executemany):
+        if not spent and statement.startswith(f"UPDATE {settings.name} ") and "CASE" in statement:
+            spent.append(statement)
+            with engine.begin() as other:
+                other.execute(sa.update(settings).where(settings.c.pkind == queue.pkind)
+                              .values(tokens_milli=1000))
+
+    events = front.events_of(front.engine)
+    sa.event.listen(events, "before_cursor_execute", spend)
+    try:
+        got = queue.poll_many(3)
+    finally:
+        sa.event.remove(events, "before_cursor_execute", spend)
+    assert spent, "the claim did not charge the bucket at the end"
+    assert [e.key for e in got] == ["k0"]
+    assert queue.poll_many(3) == []  # the bucket is empty for the hour
+    waiting = [queue.get(f"k{i}") for i in range(1, 5)]
+    assert [(m.deliveries, m.in_flight) for m in waiting] == [(0, False)] * 4
 
 
 @pytest.mark.parametrize("call", [

@@ -153,6 +153,8 @@ def parses(sql: str, grammar: str) -> bool:
 # a queue under every control at once: groups, a rate limit with tokens left, a cap
 SETTINGS_ROW = row(paused=0, has_groups=1, rate_limit=10, rate_period_ms=1000, tokens_milli=5000,
                    refilled_at=0, max_in_flight=3)
+RATE_ROW = row(paused=0, has_groups=0, rate_limit=10, rate_period_ms=1000, tokens_milli=5000,
+               refilled_at=0, max_in_flight=None)
 
 
 def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, object, object]]:
@@ -160,7 +162,8 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     controlled claim of a grouped, rate-limited, capped queue (the plain claim finds the queue
     controlled, the settings are read, locked, the in-flight messages counted, the group heads
     read, the group rows made and locked, the heads and the ungrouped messages locked, all
-    marked), the freeing and extending of a group, and a change of settings."""
+    marked), the claim of a rate-limited queue charging its bucket at the end, the freeing
+    and extending of a group, and a change of settings."""
     out = []
 
     def record(label, op, results=()):
@@ -175,6 +178,11 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
         [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], [row(id=7, group_key="g1")], *absent,
         [row(group_key="g1")], [claimed], []])
+    # a queue with a rate limit alone, known controlled: the settings read, the plain claim,
+    # and the bucket refilled and charged by one conditional UPDATE
+    record("rate-limited claim", lambda c: dao.claim_checked(
+        c, kind, 100, 10, "L", 400, controlled=True, optimistic=True),
+        [[RATE_ROW], [(7, "k", b"{}", 10, 10, 5, 0, 0, None, None, None, None, None)]])
     record("free groups", lambda c: dao.free_groups(c, kind, "L", ["g1", "g2"]))
     record("extend group", lambda c: dao.extend_group(c, kind, "L", "g1", 900))
     record("settings", lambda c: dao.write_settings(c, kind, paused=1), absent)

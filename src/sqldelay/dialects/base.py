@@ -383,22 +383,30 @@ class QueueDao(FlowControl):
         return self.claim_checked(conn, pkind, now_ms, limit, lock, until_ms, actor)[0]
 
     def claim_checked(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                      lock: str, until_ms: int,
-                      actor: str | None = None) -> tuple[list[ClaimedRow], bool]:
+                      lock: str, until_ms: int, actor: str | None = None, *,
+                      controlled: bool = False,
+                      optimistic: bool = False) -> tuple[list[ClaimedRow], bool]:
         """``claim``, and whether the queue is under flow control.
 
         A queue without flow control is claimed by the plain claim alone, whose guard lets it
         claim nothing when the queue has an active settings row; then the controlled claim
-        (``flow``) runs, in a transaction (NeedsTransaction where ``conn`` has none)."""
-        rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("guard",), actor)
-        if rows:
-            return rows, False
+        (``flow``) runs, in a transaction (NeedsTransaction where ``conn`` has none).
+        ``controlled`` (the queue was under flow control at its last claim) reads the settings
+        first, sparing the guarded claim that would find nothing; ``optimistic``: see
+        ``claim_controlled``."""
+        if not controlled:
+            rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("guard",),
+                                    actor)
+            if rows:
+                return rows, False
         control = self.read_control(conn, pkind)
         if control is None or not control.active:
+            if controlled:  # no longer: claimed as any queue is
+                return self.claim_checked(conn, pkind, now_ms, limit, lock, until_ms, actor)
             return [], False
         self.require_transaction(conn)
         return self.claim_controlled(conn, pkind, control, now_ms, limit, lock, until_ms,
-                                     actor), True
+                                     actor, optimistic=optimistic), True
 
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                     lock: str, until_ms: int, where: Sequence[str],

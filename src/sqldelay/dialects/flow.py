@@ -8,9 +8,15 @@ one index probe. Only when the guard says the queue is controlled does the claim
 and take the controlled path, in one transaction:
 
 - paused: nothing is claimed (offers still land; in-flight messages finish);
-- a rate limit or a concurrency cap: the settings row is locked (claims of the queue take
-  turns), the token bucket refilled for the time passed, the messages in flight counted, and
-  at most what both allow is claimed; the bucket is charged in the same transaction;
+- a concurrency cap: the settings row is locked (claims of the queue take turns), the
+  messages in flight counted, and at most what the cap allows is claimed (with a rate limit
+  too, at most what the bucket holds, refilled for the time passed); the bucket is charged in
+  the same transaction;
+- a rate limit alone: the claim takes at most what the bucket held when read, then charges
+  the bucket with one conditional UPDATE that refills and spends it in SQL, just before the
+  commit, so claims take turns only for that statement. Where a concurrent claim spent the
+  tokens first, the UPDATE changes nothing and the claim runs again, settings locked first
+  (``Raced``); in a caller's transaction, which cannot run again, it locks them first always;
 - groups (the queue has had grouped messages): a message of group G is claimed only while no
   other message of G is in flight, and only the first of G in claim order. Each group has a
   row in ``<table>_groups``, created by the first claim that meets the group; claims lock the
@@ -37,6 +43,16 @@ from ..schema import groups_table, settings_table
 class NeedsTransaction(Exception):  # noqa: N818 - a signal to the caller, not an error
     """The claim found a controlled queue while running in autocommit: run it again in a
     transaction (the controlled claim takes several statements that must commit together)."""
+
+
+class Raced(NeedsTransaction):
+    """A rate-limited claim found its tokens spent by a concurrent claim when it charged the
+    bucket: roll it back and run it again, locking the settings first."""
+
+
+# the charge's arithmetic in SQL (elapsed ms × milli-tokens a period) stays within BIGINT
+# below this; a bucket beyond it is charged by the locked path's Python integers
+_CHARGE_BOUND = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +164,23 @@ class FlowControl:
     # ---- the controlled claim -------------------------------------------------------------
 
     def claim_controlled(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
-                         limit: int, lock: str, until_ms: int,
-                         actor: str | None = None) -> list:
+                         limit: int, lock: str, until_ms: int, actor: str | None = None, *,
+                         optimistic: bool = False) -> list:
+        """The claim of a controlled queue. ``optimistic`` lets a queue with a rate limit
+        alone charge its bucket at the end, where a conflict raises Raced (only for a claim
+        in a transaction of its own, which can run again)."""
         if control.paused:
             return []
+        if (optimistic and control.rate_limit is not None and control.max_in_flight is None
+                and control.rate_limit * 1000 * control.rate_period_ms < _CHARGE_BOUND):
+            limit = min(limit, control.tokens_at(now_ms) // 1000)
+            if limit <= 0:
+                return []
+            rows = self._claim_unlimited(conn, pkind, control, now_ms, limit, lock, until_ms,
+                                         actor)
+            if rows and not self._charge(conn, pkind, len(rows), now_ms):
+                raise Raced()
+            return rows
         if control.limits:
             # the settings row, locked, serializes this queue's claims: counts and tokens
             # cannot be spent twice by two consumers
@@ -166,14 +195,45 @@ class FlowControl:
                 limit = min(limit, control.max_in_flight - self._in_flight(conn, pkind, now_ms))
             if limit <= 0:
                 return []
-        rows = (self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor)
-                if control.has_groups
-                else self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, (), actor))
+        rows = self._claim_unlimited(conn, pkind, control, now_ms, limit, lock, until_ms, actor)
         if control.limits and control.rate_limit is not None:
             s = self.settings
             conn.execute(sa.update(s).where(s.c.pkind == pkind).values(
-                tokens_milli=tokens - 1000 * len(rows), refilled_at=now_ms))
+                tokens_milli=tokens - 1000 * len(rows),
+                refilled_at=max(now_ms, control.refilled_at or now_ms)))
         return rows
+
+    def _claim_unlimited(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
+                         limit: int, lock: str, until_ms: int, actor: str | None) -> list:
+        """Up to ``limit`` due messages, by the group-aware claim where the queue has groups."""
+        if control.has_groups:
+            return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor)
+        return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, (), actor)
+
+    def _charge(self, conn: sa.Connection, pkind: str, count: int, now_ms: int) -> bool:
+        """Spend ``count`` tokens of the bucket as it stands now, refilled in SQL as
+        ``Control.tokens_at`` does in Python; False (nothing changed) where it holds fewer.
+        A clock behind the last refill's refills nothing and leaves that time in place."""
+        s = self.settings
+        now = sa.literal(now_ms, sa.BigInteger)
+        full = sa.cast(s.c.rate_limit, sa.BigInteger) * 1000
+        elapsed = now - s.c.refilled_at
+        gained = s.c.tokens_milli + elapsed * full // s.c.rate_period_ms
+        held = sa.case(
+            (s.c.tokens_milli.is_(None) | s.c.refilled_at.is_(None)
+             | (elapsed >= s.c.rate_period_ms), full),
+            (elapsed <= 0, s.c.tokens_milli),
+            (gained > full, full),
+            else_=gained)
+        spend = sa.literal(1000 * count, sa.BigInteger)
+        # MySQL assigns left to right, each seeing the ones before: the tokens go first, from
+        # the refill time they were refilled to
+        return conn.execute(
+            sa.update(s).where(s.c.pkind == pkind, s.c.rate_limit.is_not(None), held >= spend)
+            .ordered_values((s.c.tokens_milli, held - spend),
+                            (s.c.refilled_at, sa.case(
+                                (s.c.refilled_at.is_(None) | (elapsed > 0), now),
+                                else_=s.c.refilled_at)))).rowcount == 1
 
     def _in_flight(self, conn: sa.Connection, pkind: str, now_ms: int) -> int:
         t = self.table
