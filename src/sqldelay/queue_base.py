@@ -48,8 +48,9 @@ from .tracing import NO_TRACING, Tracer
 
 MAX_QUEUE_NAME = 60
 _TYPE_NAME_MAX = KIND_LENGTH - MAX_QUEUE_NAME - 1
-# priorities are 32-bit signed integers in every database
+# priorities and the limits of flow control are 32-bit signed integers in every database
 MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+MAX_LIMIT = MAX_PRIORITY
 
 Op = Callable[[sa.Connection], Any]
 
@@ -113,9 +114,9 @@ class QueueBase:
         self.history_settings = History.of(history)
         self.recorder = (None if self.history_settings is None
                          else Recorder(history_table(metadata, table_name), self.dao))
-        # claims run as one statement where the database gains by it, until a claim finds the
-        # queue under flow control, whose claim takes a transaction (as does a recorded one)
-        self.claim_alone = self.dao.claim_is_one_statement and self.recorder is None
+        # claims run in autocommit where the database gains by it, until a claim finds the
+        # queue under flow control whose claim takes a transaction (as does a recorded one)
+        self.claim_alone = self.dao.claims_alone(None) and self.recorder is None
         # whether the last claim found the queue under flow control (its next one then reads the
         # settings first): a hint of where to start, never trusted for what to claim
         self.controlled = False
@@ -218,15 +219,14 @@ class QueueBase:
         def op(conn: sa.Connection) -> list[Envelope]:
             nonlocal optimistic
             try:
-                rows, controlled = self.dao.claim_checked(
+                rows, control = self.dao.claim_checked(
                     conn, self.pkind, now, limit, lock, until, actor,
                     controlled=self.controlled, optimistic=optimistic)
             except Raced:
                 optimistic = False  # run again, the settings locked first
                 raise
-            self.controlled = controlled
-            self.claim_alone = (self.dao.claim_is_one_statement and not controlled
-                                and self.recorder is None)
+            self.controlled = control is not None
+            self.claim_alone = self.dao.claims_alone(control) and self.recorder is None
             if self.recorder is not None:
                 self.recorder.write(conn, self._claim_events(rows, now, until, actor))
             return [self._envelope(r, lock, until, actor) for r in rows]
@@ -385,7 +385,7 @@ class QueueBase:
         if limit is None:
             return self.settings_op(rate_limit=None, rate_period_ms=None, tokens_milli=None,
                                     refilled_at=None)
-        check_positive_int(limit, "limit")
+        _check_limit(limit)
         period = duration_ms(per, "per")
         if period < 1:
             raise InvalidArgumentError("per must be at least a millisecond")
@@ -395,7 +395,7 @@ class QueueBase:
     def concurrency_limit_op(self, limit: int | None) -> Op:
         """At most ``limit`` messages of the queue in flight across every consumer."""
         if limit is not None:
-            check_positive_int(limit, "limit")
+            _check_limit(limit)
         return self.settings_op(max_in_flight=limit)
 
     def flow_control_op(self) -> Op:
@@ -716,3 +716,9 @@ def check_priority(priority: Any) -> None:
         raise InvalidArgumentError(
             f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
             f"got {priority!r}")
+
+
+def _check_limit(limit: Any) -> None:
+    check_positive_int(limit, "limit")
+    if limit > MAX_LIMIT:
+        raise InvalidArgumentError(f"limit must be at most {MAX_LIMIT}, got {limit}")

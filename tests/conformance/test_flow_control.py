@@ -236,44 +236,77 @@ def test_the_rate_limit_is_a_token_bucket_spent_by_every_consumer(make_queue, cl
 
 def test_a_claim_whose_tokens_another_spent_first_takes_only_what_is_left(make_queue, front,
                                                                          engine):
-    # A queue with a rate limit alone charges its bucket just before the commit. Here another
-    # consumer spends two of the three tokens between this claim's read of the bucket and its
-    # charge: the claim must not take three, nor lose or mark the messages it gave back.
+    # Another consumer spends two of the three tokens while this claim runs: the claim must
+    # not take three, nor lose or mark the messages it leaves. Where the claim charges the
+    # bucket in its own statement, it waits for the settings row the other holds; elsewhere
+    # it charges at its end, and the other spends between its read of the bucket and that.
     if engine.dialect.name == "sqlite":
         pytest.skip("one writer at a time: no claim can spend tokens while another runs")
     queue = make_queue()
     queue.offer_many([Message(f"k{i}", i) for i in range(5)])
     queue.set_rate_limit(3, per=timedelta(hours=1))
     settings = queue.dao.settings
-    spent = []
+    spend = (sa.update(settings).where(settings.c.pkind == queue.pkind)
+             .values(tokens_milli=1000))
+    if queue.dao.bucket_in_claim:
+        got = []
+        with engine.connect() as other:
+            other.execute(spend)  # uncommitted: the settings row stays locked
+            claim = in_thread(lambda: got.extend(queue.poll_many(3)))
+            wait_for(lambda: _waits_for_a_row_lock(engine, settings.name),
+                     what="the claim to wait for the settings row")
+            other.commit()
+        claim.join(20)
+    else:
+        spent = []
 
-    def spend(conn, cursor, statement, parameters, context, executemany):
-        if not spent and statement.startswith(f"UPDATE {settings.name} ") and "CASE" in statement:
-            spent.append(statement)
-            with engine.begin() as other:
-                other.execute(sa.update(settings).where(settings.c.pkind == queue.pkind)
-                              .values(tokens_milli=1000))
+        def spend_first(conn, cursor, statement, parameters, context, executemany):
+            if not spent and statement.startswith(f"UPDATE {settings.name} "):
+                spent.append(statement)
+                with engine.begin() as other:
+                    other.execute(spend)
 
-    events = front.events_of(front.engine)
-    sa.event.listen(events, "before_cursor_execute", spend)
-    try:
-        got = queue.poll_many(3)
-    finally:
-        sa.event.remove(events, "before_cursor_execute", spend)
-    assert spent, "the claim did not charge the bucket at the end"
+        events = front.events_of(front.engine)
+        sa.event.listen(events, "before_cursor_execute", spend_first)
+        try:
+            got = queue.poll_many(3)
+        finally:
+            sa.event.remove(events, "before_cursor_execute", spend_first)
+        assert spent, "the claim did not charge the bucket"
     assert [e.key for e in got] == ["k0"]
     assert queue.poll_many(3) == []  # the bucket is empty for the hour
     waiting = [queue.get(f"k{i}") for i in range(1, 5)]
     assert [(m.deliveries, m.in_flight) for m in waiting] == [(0, False)] * 4
 
 
+def _waits_for_a_row_lock(engine, table: str) -> bool:
+    """Whether a PostgreSQL session waits for a lock in a statement naming ``table``."""
+    with engine.connect() as conn:
+        return conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND position(:table IN query) > 0"), {"table": table}).scalar() > 0
+
+
+def test_a_bucket_too_large_for_sql_arithmetic_still_limits(make_queue, clock):
+    # 2**31 - 1 claims per 30 days: after 10 quiet days, the refill's product of elapsed
+    # milliseconds and milli-tokens per period is beyond BIGINT; the claim must still work
+    queue = make_queue()
+    queue.offer_many([Message(f"k{i}", i) for i in range(3)])
+    queue.set_rate_limit(2**31 - 1, per=timedelta(days=30))
+    clock.advance(timedelta(days=10))
+    assert len(queue.poll_many(10)) == 3
+
+
 @pytest.mark.parametrize("call", [
     lambda q: q.set_rate_limit(0), lambda q: q.set_rate_limit(5, per=timedelta(0)),
     lambda q: q.set_rate_limit(1.5), lambda q: q.set_concurrency_limit(0),
-    lambda q: q.set_concurrency_limit(-1)])
+    lambda q: q.set_concurrency_limit(-1), lambda q: q.set_rate_limit(2**31),
+    lambda q: q.set_concurrency_limit(2**31)])
 def test_bad_limits_are_refused(queue, call):
-    with pytest.raises(InvalidArgumentError):
+    before = queue.flow_control()
+    with pytest.raises(InvalidArgumentError, match="limit|per"):
         call(queue)
+    assert queue.flow_control() == before
 
 
 # ---- a worker over several queues ---------------------------------------------------------

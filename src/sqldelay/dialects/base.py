@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
-from .flow import FlowControl, chunked, claim_order
+from .flow import Control, FlowControl, chunked, claim_order
 
 # "!" has no meaning in any supported database's string literals (a backslash has in MySQL's)
 LIKE_ESCAPE = "!"
@@ -385,28 +385,41 @@ class QueueDao(FlowControl):
     def claim_checked(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                       lock: str, until_ms: int, actor: str | None = None, *,
                       controlled: bool = False,
-                      optimistic: bool = False) -> tuple[list[ClaimedRow], bool]:
-        """``claim``, and whether the queue is under flow control.
+                      optimistic: bool = False) -> tuple[list[ClaimedRow], Control | None]:
+        """``claim``, and the queue's flow control where it has any.
 
         A queue without flow control is claimed by the plain claim alone, whose guard lets it
         claim nothing when the queue has an active settings row; then the controlled claim
-        (``flow``) runs, in a transaction (NeedsTransaction where ``conn`` has none).
-        ``controlled`` (the queue was under flow control at its last claim) reads the settings
-        first, sparing the guarded claim that would find nothing; ``optimistic``: see
-        ``claim_controlled``."""
+        (``flow``) runs: in the same statement as the bucket's charge for a rate limit alone
+        where the dialect can (``bucket_in_claim``), otherwise in a transaction
+        (NeedsTransaction where ``conn`` has none). ``controlled`` (the queue was under flow
+        control at its last claim) reads the settings first, sparing the guarded claim that
+        would find nothing; ``optimistic``: see ``claim_controlled``."""
         if not controlled:
             rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("guard",),
                                     actor)
             if rows:
-                return rows, False
+                return rows, None
         control = self.read_control(conn, pkind)
         if control is None or not control.active:
             if controlled:  # no longer: claimed as any queue is
                 return self.claim_checked(conn, pkind, now_ms, limit, lock, until_ms, actor)
-            return [], False
+            return [], None
+        if self._bucketed(control):
+            return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("bucket",),
+                                    actor), control
         self.require_transaction(conn)
         return self.claim_controlled(conn, pkind, control, now_ms, limit, lock, until_ms,
-                                     actor, optimistic=optimistic), True
+                                     actor, optimistic=optimistic), control
+
+    def claims_alone(self, control: Control | None) -> bool:
+        """Whether the claim of a queue whose flow control is ``control`` (None: none) sends
+        only statements that are each atomic alone, so it may run in autocommit."""
+        return self.claim_is_one_statement and (control is None or self._bucketed(control))
+
+    def _bucketed(self, control: Control) -> bool:
+        """Whether the queue is claimed by the claim statement that charges its bucket."""
+        return self.bucket_in_claim and control.rate_only and control.bucket_fits_sql
 
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                     lock: str, until_ms: int, where: Sequence[str],

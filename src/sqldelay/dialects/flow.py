@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import sqlalchemy as sa
 
@@ -50,8 +51,7 @@ class Raced(NeedsTransaction):
     bucket: roll it back and run it again, locking the settings first."""
 
 
-# the charge's arithmetic in SQL (elapsed ms × milli-tokens a period) stays within BIGINT
-# below this; a bucket beyond it is charged by the locked path's Python integers
+# a bound on the refill's arithmetic in SQL, safely below BIGINT's 2**63
 _CHARGE_BOUND = 2**62
 
 
@@ -74,6 +74,20 @@ class Control:
     @property
     def active(self) -> bool:
         return self.paused or self.has_groups or self.limits
+
+    @property
+    def rate_only(self) -> bool:
+        """A rate limit and no other control."""
+        return (self.rate_limit is not None and self.max_in_flight is None and not self.paused
+                and not self.has_groups)
+
+    @property
+    def bucket_fits_sql(self) -> bool:
+        """The bucket's refill can be done in SQL: its product of elapsed milliseconds (less
+        than a period) and milli-tokens a period stays within BIGINT. A bucket beyond it is
+        refilled by the locked path's Python integers."""
+        return (self.rate_limit is not None
+                and self.rate_limit * 1000 * self.rate_period_ms < _CHARGE_BOUND)
 
     def tokens_at(self, now_ms: int) -> int:
         """The bucket's milli-tokens at ``now_ms``: refilled for the time passed, capped at the
@@ -102,6 +116,10 @@ class FlowControl:
     table: sa.Table
     in_list_max: int
     skip_locked: bool
+    # the dialect's claim takes the condition "bucket" (``due_conditions``): one statement
+    # claiming a queue with a rate limit alone and charging its bucket, the settings row
+    # locked only while it runs; elsewhere that claim takes a transaction (``optimistic``)
+    bucket_in_claim: ClassVar[bool] = False
 
     def _init_flow(self) -> None:
         t = self.table
@@ -125,7 +143,8 @@ class FlowControl:
 
     def due_conditions(self, where: Sequence[str]) -> list[sa.ColumnElement[bool]]:
         """SQL for the named claim conditions: "guard" (the queue has no active settings row:
-        the plain claim's), "ungrouped" (messages without a group)."""
+        the plain claim's), "ungrouped" (messages without a group). ("bucket", where
+        ``bucket_in_claim``, is the dialect's claim statement's own.)"""
         out = []
         for name in where:
             if name == "guard":
@@ -171,8 +190,7 @@ class FlowControl:
         in a transaction of its own, which can run again)."""
         if control.paused:
             return []
-        if (optimistic and control.rate_limit is not None and control.max_in_flight is None
-                and control.rate_limit * 1000 * control.rate_period_ms < _CHARGE_BOUND):
+        if optimistic and control.max_in_flight is None and control.bucket_fits_sql:
             limit = min(limit, control.tokens_at(now_ms) // 1000)
             if limit <= 0:
                 return []
@@ -211,29 +229,38 @@ class FlowControl:
         return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, (), actor)
 
     def _charge(self, conn: sa.Connection, pkind: str, count: int, now_ms: int) -> bool:
-        """Spend ``count`` tokens of the bucket as it stands now, refilled in SQL as
-        ``Control.tokens_at`` does in Python; False (nothing changed) where it holds fewer.
-        A clock behind the last refill's refills nothing and leaves that time in place."""
+        """Spend ``count`` tokens of the bucket as it stands now; False (nothing changed)
+        where it holds fewer."""
         s = self.settings
         now = sa.literal(now_ms, sa.BigInteger)
-        full = sa.cast(s.c.rate_limit, sa.BigInteger) * 1000
-        elapsed = now - s.c.refilled_at
-        gained = s.c.tokens_milli + elapsed * full // s.c.rate_period_ms
-        held = sa.case(
-            (s.c.tokens_milli.is_(None) | s.c.refilled_at.is_(None)
-             | (elapsed >= s.c.rate_period_ms), full),
-            (elapsed <= 0, s.c.tokens_milli),
-            (gained > full, full),
-            else_=gained)
-        spend = sa.literal(1000 * count, sa.BigInteger)
+        held, spend = self.bucket_held(now), sa.literal(1000 * count, sa.BigInteger)
         # MySQL assigns left to right, each seeing the ones before: the tokens go first, from
         # the refill time they were refilled to
         return conn.execute(
             sa.update(s).where(s.c.pkind == pkind, s.c.rate_limit.is_not(None), held >= spend)
             .ordered_values((s.c.tokens_milli, held - spend),
-                            (s.c.refilled_at, sa.case(
-                                (s.c.refilled_at.is_(None) | (elapsed > 0), now),
-                                else_=s.c.refilled_at)))).rowcount == 1
+                            (s.c.refilled_at, self.bucket_refilled_at(now)))).rowcount == 1
+
+    def bucket_held(self, now: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
+        """The settings row's milli-tokens at ``now``, refilled in SQL as ``Control.tokens_at``
+        does in Python."""
+        s = self.settings
+        full = sa.cast(s.c.rate_limit, sa.BigInteger) * 1000
+        elapsed = now - s.c.refilled_at
+        gained = s.c.tokens_milli + elapsed * full // s.c.rate_period_ms
+        return sa.case(
+            (s.c.tokens_milli.is_(None) | s.c.refilled_at.is_(None)
+             | (elapsed >= s.c.rate_period_ms), full),
+            (elapsed <= 0, s.c.tokens_milli),
+            (gained > full, full),
+            else_=gained)
+
+    def bucket_refilled_at(self, now: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
+        """The refill time a charge at ``now`` leaves: ``now``, unless the clock is behind the
+        last refill's, which then stays (nothing was refilled)."""
+        s = self.settings
+        return sa.case((s.c.refilled_at.is_(None) | (now > s.c.refilled_at), now),
+                       else_=s.c.refilled_at)
 
     def _in_flight(self, conn: sa.Connection, pkind: str, now_ms: int) -> int:
         t = self.table

@@ -49,6 +49,7 @@ class PostgresQueueDao(QueueDao):
     max_payload_bytes = (1 << 30) - 1  # a bytea value stops at 1 GB
     autocommit_one_statement = True
     claim_is_one_statement = True
+    bucket_in_claim = True
     delete_returning = True
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
@@ -76,15 +77,31 @@ class PostgresQueueDao(QueueDao):
         """One statement: a MATERIALIZED CTE picks due ids FOR UPDATE SKIP LOCKED (materialized
         so the LIMIT runs once), the UPDATE marks them (and names their holder when ``by``)
         and returns the rows, with the lock and holder each had before; one per set of claim
-        conditions."""
+        conditions. The condition "bucket" (a queue with a rate limit alone) locks the
+        settings row first, claims no more than its bucket holds and charges the bucket in
+        the same statement, so claims of the queue take turns only while it runs; where the
+        queue has more than a rate limit (or none), it claims nothing."""
         if (where, by) not in self._claims:
-            t = self.table
+            t, s = self.table, self.settings
+            kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
+            limit = sa.bindparam("limit", type_=sa.Integer)
+            bucketed = "bucket" in where
+            if bucketed:
+                zero = sa.literal_column("0")
+                bucket = (sa.select(s.c.pkind, self.bucket_held(now).label("held"))
+                          .where(s.c.pkind == kind, s.c.rate_limit.is_not(None),
+                                 s.c.paused == zero, s.c.has_groups == zero,
+                                 s.c.max_in_flight.is_(None))
+                          .with_for_update()
+                          .cte("bucket"))
+                held = sa.select(bucket.c.held // 1000).scalar_subquery()
+                limit = sa.func.least(limit, sa.func.coalesce(held, 0))
             picked = (
                 sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by)
-                .where(t.c.pkind == sa.bindparam("b_kind"),
-                       t.c.scheduled_at <= sa.bindparam("b_now"), *self.due_conditions(where))
+                .where(t.c.pkind == kind, t.c.scheduled_at <= now,
+                       *self.due_conditions([w for w in where if w != "bucket"]))
                 .order_by(*claim_order(t))
-                .limit(sa.bindparam("limit", type_=sa.Integer))
+                .limit(limit)
                 .with_for_update(skip_locked=True)
                 .cte("picked")
                 .prefix_with("MATERIALIZED")
@@ -93,7 +110,7 @@ class PostgresQueueDao(QueueDao):
                     "deliveries": t.c.deliveries + 1}
             if by:
                 mark["claimed_by"] = sa.bindparam("actor")
-            self._claims[where, by] = (
+            claim = (
                 sa.update(t)
                 .where(t.c.id == picked.c.id)
                 .values(**mark)
@@ -103,6 +120,14 @@ class PostgresQueueDao(QueueDao):
                            picked.c.lock_uuid.label("previous_lock"),
                            picked.c.claimed_by.label("previous_holder"), t.c.trace_context)
             )
+            if bucketed:
+                taken = sa.select(sa.func.count()).select_from(picked).scalar_subquery()
+                claim = claim.add_cte(
+                    sa.update(s).where(s.c.pkind == bucket.c.pkind, taken > 0)
+                    .values(tokens_milli=bucket.c.held - taken * 1000,
+                            refilled_at=self.bucket_refilled_at(now))
+                    .cte("charged"))
+            self._claims[where, by] = claim
         return self._claims[where, by]
 
     @classmethod
