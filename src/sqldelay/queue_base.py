@@ -23,7 +23,7 @@ from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, PayloadBudget, chunked
-from .dialects.flow import Raced
+from .dialects.flow import Control, Raced
 from .errors import InvalidArgumentError
 from .history import (
     EventKind,
@@ -117,9 +117,9 @@ class QueueBase:
         # claims run in autocommit where the database gains by it, until a claim finds the
         # queue under flow control whose claim takes a transaction (as does a recorded one)
         self.claim_alone = self.dao.claims_alone(None) and self.recorder is None
-        # whether the last claim found the queue under flow control (its next one then reads the
-        # settings first): a hint of where to start, never trusted for what to claim
-        self.controlled = False
+        # the flow control the last claim found (None: none): a hint of which claim the next
+        # one tries first, never trusted for what it claims
+        self.control: Control | None = None
         # set once this object's offers have marked the queue as having groups
         self.groups_flagged = False
 
@@ -221,11 +221,11 @@ class QueueBase:
             try:
                 rows, control = self.dao.claim_checked(
                     conn, self.pkind, now, limit, lock, until, actor,
-                    controlled=self.controlled, optimistic=optimistic)
+                    last=self.control, optimistic=optimistic)
             except Raced:
                 optimistic = False  # run again, the settings locked first
                 raise
-            self.controlled = control is not None
+            self.control = control
             self.claim_alone = self.dao.claims_alone(control) and self.recorder is None
             if self.recorder is not None:
                 self.recorder.write(conn, self._claim_events(rows, now, until, actor))

@@ -287,6 +287,26 @@ def _waits_for_a_row_lock(engine, table: str) -> bool:
             "AND position(:table IN query) > 0"), {"table": table}).scalar() > 0
 
 
+def test_each_claim_obeys_the_controls_set_since_the_one_before(make_queue, clock):
+    # a queue object starts its claim from what its last claim found; a pause, a cap, groups
+    # or a lifted limit set since (by anyone) must still hold at once
+    queue = make_queue()
+    queue.offer_many([Message(f"k{i}", i) for i in range(20)])
+    queue.set_rate_limit(100)
+    assert len(queue.poll_many(2)) == 2
+    queue.pause()
+    assert queue.poll_many(2) == []
+    queue.resume()
+    assert len(queue.poll_many(2)) == 2
+    queue.set_concurrency_limit(5)
+    assert len(queue.poll_many(10)) == 1  # 4 in flight already
+    queue.set_concurrency_limit(None)
+    queue.offer_many([Message("g1", 1, group="g"), Message("g2", 2, group="g")])
+    assert sorted(e.key for e in queue.poll_many(100) if e.group) == ["g1"]
+    queue.set_rate_limit(None)
+    assert queue.poll_many(100) == []  # g2 waits for g1; every other message is in flight
+
+
 def test_a_bucket_too_large_for_sql_arithmetic_still_limits(make_queue, clock):
     # 2**31 - 1 claims per 30 days: after 10 quiet days, the refill's product of elapsed
     # milliseconds and milli-tokens per period is beyond BIGINT; the claim must still work

@@ -16,6 +16,7 @@ import sqlglot
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from sqldelay.dialects import OfferRow
+from sqldelay.dialects.flow import Control
 from sqldelay.history import EventKind, Recorder
 from sqldelay.schema import history_table
 
@@ -178,11 +179,14 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
         [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], [row(id=7, group_key="g1")], *absent,
         [row(group_key="g1")], [claimed], []])
-    # a queue with a rate limit alone, known controlled: the settings read, the plain claim,
-    # and the bucket refilled and charged by one conditional UPDATE
+    # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
+    # statement where the dialect can; elsewhere the settings read, the plain claim, and the
+    # bucket refilled and charged by one conditional UPDATE
+    rate = Control(False, False, 10, 1000, 5000, 0, None)
+    taken = [(7, "k", b"{}", 10, 10, 5, 0, 0, None, None, None, None, None)]
     record("rate-limited claim", lambda c: dao.claim_checked(
-        c, kind, 100, 10, "L", 400, controlled=True, optimistic=True),
-        [[RATE_ROW], [(7, "k", b"{}", 10, 10, 5, 0, 0, None, None, None, None, None)]])
+        c, kind, 100, 10, "L", 400, last=rate, optimistic=True),
+        [taken] if dao.bucket_in_claim else [[RATE_ROW], taken])
     record("free groups", lambda c: dao.free_groups(c, kind, "L", ["g1", "g2"]))
     record("extend group", lambda c: dao.extend_group(c, kind, "L", "g1", 900))
     record("settings", lambda c: dao.write_settings(c, kind, paused=1), absent)

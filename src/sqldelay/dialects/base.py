@@ -384,7 +384,7 @@ class QueueDao(FlowControl):
 
     def claim_checked(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                       lock: str, until_ms: int, actor: str | None = None, *,
-                      controlled: bool = False,
+                      last: Control | None = None,
                       optimistic: bool = False) -> tuple[list[ClaimedRow], Control | None]:
         """``claim``, and the queue's flow control where it has any.
 
@@ -392,20 +392,25 @@ class QueueDao(FlowControl):
         claim nothing when the queue has an active settings row; then the controlled claim
         (``flow``) runs: in the same statement as the bucket's charge for a rate limit alone
         where the dialect can (``bucket_in_claim``), otherwise in a transaction
-        (NeedsTransaction where ``conn`` has none). ``controlled`` (the queue was under flow
-        control at its last claim) reads the settings first, sparing the guarded claim that
-        would find nothing; ``optimistic``: see ``claim_controlled``."""
-        if not controlled:
-            rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("guard",),
-                                    actor)
+        (NeedsTransaction where ``conn`` has none). ``last``, the flow control the queue's
+        last claim found, says which claim to try first, sparing the statements that would
+        find nothing: the guarded claim for a controlled queue, the settings read for one
+        claimed with its bucket (read only when that claim takes nothing, to learn why);
+        what is claimed never rests on it. ``optimistic``: see ``claim_controlled``."""
+        bucketed = last is not None and self._bucketed(last)
+        if last is None or bucketed:
+            rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms,
+                                    ("bucket",) if bucketed else ("guard",), actor)
             if rows:
-                return rows, None
+                return rows, last
         control = self.read_control(conn, pkind)
         if control is None or not control.active:
-            if controlled:  # no longer: claimed as any queue is
+            if last is not None:  # no longer controlled: claimed as any queue is
                 return self.claim_checked(conn, pkind, now_ms, limit, lock, until_ms, actor)
             return [], None
         if self._bucketed(control):
+            if bucketed:  # claimed with its bucket just now: nothing due, or no token
+                return [], control
             return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("bucket",),
                                     actor), control
         self.require_transaction(conn)
