@@ -163,7 +163,8 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     controlled claim of a grouped, rate-limited, capped queue (the plain claim finds the queue
     controlled, the settings are read, locked, the in-flight messages counted, the group heads
     read, the group rows made and locked, the heads and the ungrouped messages locked, all
-    marked), the claim of a rate-limited queue charging its bucket at the end, the freeing
+    marked), the claim of a rate-limited queue charging its bucket at the end (and on
+    credit, without reading the settings first), the freeing
     and extending of a group, and a change of settings."""
     out = []
 
@@ -187,6 +188,10 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("rate-limited claim", lambda c: dao.claim_checked(
         c, kind, 100, 10, "L", 400, last=rate, optimistic=True),
         [taken] if dao.bucket_in_claim else [[RATE_ROW], taken])
+    if not dao.bucket_in_claim:  # its bucket had tokens to spare: claimed on credit
+        spare = Control(False, False, 1000, 1000, 1_000_000, 0, None)
+        record("claim on credit", lambda c: dao.claim_checked(
+            c, kind, 100, 10, "L", 400, last=spare, optimistic=True), [taken])
     record("free groups", lambda c: dao.free_groups(c, kind, "L", ["g1", "g2"]))
     record("extend group", lambda c: dao.extend_group(c, kind, "L", "g1", 900))
     record("settings", lambda c: dao.write_settings(c, kind, paused=1), absent)

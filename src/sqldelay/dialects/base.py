@@ -395,13 +395,17 @@ class QueueDao(FlowControl):
         (NeedsTransaction where ``conn`` has none). ``last``, the flow control the queue's
         last claim found, says which claim to try first, sparing the statements that would
         find nothing: the guarded claim for a controlled queue, the settings read for one
-        claimed with its bucket (read only when that claim takes nothing, to learn why);
-        what is claimed never rests on it. ``optimistic``: see ``claim_controlled``."""
+        claimed with its bucket or on credit (read only when that claim takes nothing, to
+        learn why); what is claimed never rests on it. ``optimistic``: see
+        ``claim_controlled``."""
         bucketed = last is not None and self._bucketed(last)
         if last is None or bucketed:
             rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms,
                                     ("bucket",) if bucketed else ("guard",), actor)
             if rows:
+                return rows, last
+        elif optimistic and self.on_credit(last, now_ms, limit):
+            if rows := self.claim_on_credit(conn, pkind, now_ms, limit, lock, until_ms, actor):
                 return rows, last
         control = self.read_control(conn, pkind)
         if control is None or not control.active:

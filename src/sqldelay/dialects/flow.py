@@ -129,10 +129,12 @@ class FlowControl:
         # no parameters but b_kind: the guard goes into claims that bind only b_kind and b_now
         # (SQL Server's text() claim, Oracle's driver cursor)
         zero = sa.literal_column("0")
+        paused, grouped = s.c.paused != zero, s.c.has_groups != zero
         self._active_settings = sa.exists().where(
-            s.c.pkind == kind,
-            sa.or_(s.c.paused != zero, s.c.has_groups != zero, s.c.rate_limit.is_not(None),
-                   s.c.max_in_flight.is_not(None)))
+            s.c.pkind == kind, sa.or_(paused, grouped, s.c.rate_limit.is_not(None),
+                                      s.c.max_in_flight.is_not(None)))
+        self._other_controls = sa.exists().where(
+            s.c.pkind == kind, sa.or_(paused, grouped, s.c.max_in_flight.is_not(None)))
         self._busy_group = self.probe(sa.select(sa.literal_column("1")).where(
             g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key,
             g.c.claimed_until > sa.bindparam("b_now"))).exists()
@@ -143,12 +145,15 @@ class FlowControl:
 
     def due_conditions(self, where: Sequence[str]) -> list[sa.ColumnElement[bool]]:
         """SQL for the named claim conditions: "guard" (the queue has no active settings row:
-        the plain claim's), "ungrouped" (messages without a group). ("bucket", where
+        the plain claim's), "rate_only" (no control but a rate limit: no pause, cap or
+        groups), "ungrouped" (messages without a group). ("bucket", where
         ``bucket_in_claim``, is the dialect's claim statement's own.)"""
         out = []
         for name in where:
             if name == "guard":
                 out.append(~self._active_settings)
+            elif name == "rate_only":
+                out.append(~self._other_controls)
             elif name == "ungrouped":
                 out.append(self.table.c.group_key.is_(None))
             else:
@@ -261,6 +266,24 @@ class FlowControl:
         s = self.settings
         return sa.case((s.c.refilled_at.is_(None) | (now > s.c.refilled_at), now),
                        else_=s.c.refilled_at)
+
+    def on_credit(self, last: Control, now_ms: int, limit: int) -> bool:
+        """Whether a claim of ``limit`` may be made on credit (``claim_on_credit``): the
+        queue's last claim found a rate limit alone whose bucket, as it was then, refilled
+        to now, holds ``limit`` tokens. The database's own one-statement form goes first."""
+        return (not self.bucket_in_claim and last.rate_only and last.bucket_fits_sql
+                and last.tokens_at(now_ms) >= 1000 * limit)
+
+    def claim_on_credit(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                        lock: str, until_ms: int, actor: str | None) -> list:
+        """Claim without reading the settings first: the "rate_only" condition claims
+        nothing where a pause, a cap or groups have come since, and the bucket is charged at
+        the end (Raced where it now holds fewer tokens, or no rate limit is left)."""
+        rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("rate_only",),
+                                actor)
+        if rows and not self._charge(conn, pkind, len(rows), now_ms):
+            raise Raced()
+        return rows
 
     def _in_flight(self, conn: sa.Connection, pkind: str, now_ms: int) -> int:
         t = self.table
