@@ -164,8 +164,8 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     controlled, the settings are read, locked, the in-flight messages counted, the group heads
     read, the group rows made and locked, the heads and the ungrouped messages locked, all
     marked), the claim of a rate-limited queue charging its bucket at the end (and on
-    credit, without reading the settings first), the freeing
-    and extending of a group, and a change of settings."""
+    credit, without reading the settings first), the freeing and extending of a group, and a
+    change of settings."""
     out = []
 
     def record(label, op, results=()):

@@ -5,18 +5,21 @@ A queue's controls live in one row of ``<table>_settings``, so every process obe
 next claim without talking to the others. A queue without that row (or with nothing set in it)
 is claimed exactly as before: the plain claim carries a guard that finds no active settings row,
 one index probe. Only when the guard says the queue is controlled does the claim read the row
-and take the controlled path, in one transaction:
+and take the controlled path, in one transaction (but for a rate limit alone on PostgreSQL):
 
 - paused: nothing is claimed (offers still land; in-flight messages finish);
 - a concurrency cap: the settings row is locked (claims of the queue take turns), the
   messages in flight counted, and at most what the cap allows is claimed (with a rate limit
   too, at most what the bucket holds, refilled for the time passed); the bucket is charged in
   the same transaction;
-- a rate limit alone: the claim takes at most what the bucket held when read, then charges
-  the bucket with one conditional UPDATE that refills and spends it in SQL, just before the
-  commit, so claims take turns only for that statement. Where a concurrent claim spent the
-  tokens first, the UPDATE changes nothing and the claim runs again, settings locked first
-  (``Raced``); in a caller's transaction, which cannot run again, it locks them first always;
+- a rate limit alone: claims take turns only while the bucket is charged. Where the dialect
+  can (``bucket_in_claim``: PostgreSQL), the claim is one statement that locks the settings
+  row, claims at most what the bucket holds and charges it. Elsewhere the claim takes at most
+  what the bucket held when read (or, on credit, what it held at the queue's last claim,
+  without reading it), then charges the bucket with one conditional UPDATE that refills and
+  spends it in SQL, just before the commit. Where a concurrent claim spent the tokens first,
+  the UPDATE changes nothing and the claim runs again, settings locked first (``Raced``); in
+  a caller's transaction, which cannot run again, it locks them first always;
 - groups (the queue has had grouped messages): a message of group G is claimed only while no
   other message of G is in flight, and only the first of G in claim order. Each group has a
   row in ``<table>_groups``, created by the first claim that meets the group; claims lock the
@@ -27,7 +30,8 @@ and take the controlled path, in one transaction:
 The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
 FlowControl (how rows are locked, read currently, probed and inserted when absent) and, where
 its planner needs another form, how the free groups are locked (``lock_free_groups``) and
-their heads read (``group_heads``).
+their heads read (``group_heads``); a dialect that sets ``bucket_in_claim`` builds the
+"bucket" claim into its own claim statement.
 """
 
 from __future__ import annotations
@@ -279,6 +283,7 @@ class FlowControl:
         """Claim without reading the settings first: the "rate_only" condition claims
         nothing where a pause, a cap or groups have come since, and the bucket is charged at
         the end (Raced where it now holds fewer tokens, or no rate limit is left)."""
+        self.require_transaction(conn)  # the claim must roll back with a failed charge
         rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("rate_only",),
                                 actor)
         if rows and not self._charge(conn, pkind, len(rows), now_ms):
