@@ -12,14 +12,15 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
   messages in flight counted, and at most what the cap allows is claimed (with a rate limit
   too, at most what the bucket holds, refilled for the time passed); the bucket is charged in
   the same transaction;
-- a rate limit alone: claims take turns only while the bucket is charged. Where the dialect
-  can (``bucket_in_claim``: PostgreSQL), the claim is one statement that locks the settings
-  row, claims at most what the bucket holds and charges it. Elsewhere the claim takes at most
-  what the bucket held when read (or, on credit, what it held at the queue's last claim,
-  without reading it), then charges the bucket with one conditional UPDATE that refills and
-  spends it in SQL, just before the commit. Where a concurrent claim spent the tokens first,
-  the UPDATE changes nothing and the claim runs again, settings locked first (``Raced``); in
-  a caller's transaction, which cannot run again, it locks them first always;
+- a rate limit and no cap: claims take turns only while the bucket is charged. For a rate
+  limit alone, where the dialect can (``bucket_in_claim``: PostgreSQL), the claim is one
+  statement that locks the settings row, claims at most what the bucket holds and charges
+  it. Elsewhere (and with groups) the claim takes at most what the bucket held when read
+  (or, on credit, what it held at the queue's last claim, without reading it), then charges
+  the bucket with one conditional UPDATE that refills and spends it in SQL, just before the
+  commit. Where a concurrent claim spent the tokens first, the UPDATE changes nothing and
+  the claim runs again, settings locked first (``Raced``); in a caller's transaction, which
+  cannot run again, it locks them first always;
 - groups (the queue has had grouped messages): a message of group G is claimed only while no
   other message of G is in flight, and only the first of G in claim order. Each group has a
   row in ``<table>_groups``, created by the first claim that meets the group; claims lock the
@@ -194,8 +195,8 @@ class FlowControl:
     def claim_controlled(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
                          limit: int, lock: str, until_ms: int, actor: str | None = None, *,
                          optimistic: bool = False) -> list:
-        """The claim of a controlled queue. ``optimistic`` lets a queue with a rate limit
-        alone charge its bucket at the end, where a conflict raises Raced (only for a claim
+        """The claim of a controlled queue. ``optimistic`` lets a queue with a rate limit and
+        no cap charge its bucket at the end, where a conflict raises Raced (only for a claim
         in a transaction of its own, which can run again)."""
         if control.paused:
             return []
