@@ -11,8 +11,9 @@ p50/p99, and how many of them were handled while the flood was still draining (t
 fairness loosely; this reports it).
 flow_serial: one serial group drained by a Worker, beside the same messages without a group.
 flow_plans: the database's plans for the claim's reads at the smallest and largest backlog
-(``backlogs``, 1e3 and 1e6 due): the claim of a queue with priorities, and the group-aware
-claim's reads of the group heads and of the ungrouped messages.
+(``backlogs``, 1e3 and 1e6 due): the claim of a queue with priorities (and on PostgreSQL the
+claim of a rate-limited queue, which charges its bucket in the same statement), and the
+group-aware claim's reads of the group heads and of the ungrouped messages.
 """
 
 from __future__ import annotations
@@ -187,10 +188,18 @@ def _plans(bench: Bench, queue, variant: str) -> dict:
     messages of a grouped queue come from an index (sorted, when the group index finds them:
     the planner's choice, bounded by the ungrouped due messages), never from the whole table."""
     dao, t = queue.dao, queue.dao.table
+    now = queue.now_ms()
     if variant == "priorities":
         plan = claim_plan(queue, bench.batch)
-        return {"claim": {"plan": plan.text, "as_expected": plan.walks(claim_index(queue))}}
-    now = queue.now_ms()
+        out = {"claim": {"plan": plan.text, "as_expected": plan.walks(claim_index(queue))}}
+        if dao.bucket_in_claim:  # a rate limit alone: the claim that charges the bucket too
+            bucket = explain(bench.engine, dao._claim_statement(("bucket",)),
+                             {"b_kind": queue.pkind, "b_now": now, "limit": bench.batch,
+                              "lock": "x", "until": now}, t)
+            out["rate-limited claim"] = {
+                "plan": bucket.text,
+                "as_expected": claim_index(queue) in bucket.indexes and not bucket.full_scan}
+        return out
     values = {"b_kind": queue.pkind, "b_now": now, "b_limit": bench.batch}
     groups = [f"g{i}" for i in range(bench.batch)]
     heads = explain(bench.engine, dao.group_heads(queue.pkind, groups, now), values, t)
