@@ -114,9 +114,6 @@ class QueueBase:
         self.history_settings = History.of(history)
         self.recorder = (None if self.history_settings is None
                          else Recorder(history_table(metadata, table_name), self.dao))
-        # claims run in autocommit where the database gains by it, until a claim finds the
-        # queue under flow control whose claim takes a transaction (as does a recorded one)
-        self.claim_alone = self.dao.claims_alone(None) and self.recorder is None
         # the flow control the last claim found (None: none): a hint of which claim the next
         # one tries first, never trusted for what it claims
         self.control: Control | None = None
@@ -202,6 +199,13 @@ class QueueBase:
 
     # ---- claims ------------------------------------------------------------------------------
 
+    @property
+    def claim_alone(self) -> bool:
+        """Whether the next claim runs in autocommit: where the database gains by it, until a
+        claim finds the queue under flow control whose claim takes a transaction (as does a
+        recorded one)."""
+        return self.recorder is None and self.dao.claims_alone(self.control)
+
     def claim_op(self, limit: int, by: str | None = None, *,
                  own_transaction: bool = True) -> Callable[[sa.Connection], list[Envelope]]:
         """The claim of up to ``limit`` due messages (earliest first) under one lock id, held
@@ -226,7 +230,6 @@ class QueueBase:
                 optimistic = False  # run again, the settings locked first
                 raise
             self.control = control
-            self.claim_alone = self.dao.claims_alone(control) and self.recorder is None
             if self.recorder is not None:
                 self.recorder.write(conn, self._claim_events(rows, now, until, actor))
             return [self._envelope(r, lock, until, actor) for r in rows]

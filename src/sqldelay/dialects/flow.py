@@ -138,8 +138,9 @@ class FlowControl:
         self._active_settings = sa.exists().where(
             s.c.pkind == kind, sa.or_(paused, grouped, s.c.rate_limit.is_not(None),
                                       s.c.max_in_flight.is_not(None)))
-        self._other_controls = sa.exists().where(
-            s.c.pkind == kind, sa.or_(paused, grouped, s.c.max_in_flight.is_not(None)))
+        # a settings row with a control besides a rate limit: a pause, groups or a cap
+        self.other_controls = sa.or_(paused, grouped, s.c.max_in_flight.is_not(None))
+        self._other_controls = sa.exists().where(s.c.pkind == kind, self.other_controls)
         self._busy_group = self.probe(sa.select(sa.literal_column("1")).where(
             g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key,
             g.c.claimed_until > sa.bindparam("b_now"))).exists()

@@ -87,11 +87,9 @@ class PostgresQueueDao(QueueDao):
             limit = sa.bindparam("limit", type_=sa.Integer)
             bucketed = "bucket" in where
             if bucketed:
-                zero = sa.literal_column("0")
                 bucket = (sa.select(s.c.pkind, self.bucket_held(now).label("held"))
                           .where(s.c.pkind == kind, s.c.rate_limit.is_not(None),
-                                 s.c.paused == zero, s.c.has_groups == zero,
-                                 s.c.max_in_flight.is_(None))
+                                 ~self.other_controls)
                           .with_for_update()
                           .cte("bucket"))
             order = [t.c.priority] if bucketed else []  # to keep the claim order after it
