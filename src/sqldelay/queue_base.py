@@ -271,14 +271,18 @@ class QueueBase:
         A grouped message frees its group."""
         self.check_own(envelope)
         dao, lock = self.dao, envelope.lock
-        if envelope.group is None and self.recorder is None:
-            return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
+        if self.recorder is None:
+            if envelope.group is None:
+                return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
+            return Call(lambda conn: dao.ack_freeing(conn, self.pkind, lock, [envelope.row_id],
+                                                     [envelope.group]) > 0,
+                        dao.ack_frees_in_one)
 
         def op(conn: sa.Connection) -> bool:
             acked = dao.ack(conn, envelope.row_id, lock)
             if envelope.group is not None:
                 dao.free_groups(conn, self.pkind, lock, [envelope.group])
-            if acked and self.recorder is not None:
+            if acked:
                 self.recorder.write(conn, [self._done_event(EventKind.ACKED, envelope)])
             return acked
 
@@ -301,20 +305,20 @@ class QueueBase:
         def op(conn: sa.Connection) -> int:
             acked = 0
             for lock, held in by_lock.items():
-                ids = [env.row_id for env in held]
+                ids, names = [env.row_id for env in held], groups.get(lock, ())
                 if recorder is None:
-                    acked += dao.ack_many(conn, lock, ids)
+                    acked += dao.ack_freeing(conn, self.pkind, lock, ids, names)
                     continue
                 gone = dao.ack_many_which(conn, lock, ids)
                 recorder.write(conn, [self._done_event(EventKind.ACKED, env)
                                       for env in held if env.key in gone])
                 acked += len(gone)
-            for lock, names in groups.items():
-                dao.free_groups(conn, self.pkind, lock, names)
+                if names:
+                    dao.free_groups(conn, self.pkind, lock, names)
             return acked
 
-        one = (not groups and recorder is None and len(by_lock) == 1
-               and len(envelopes) <= dao.in_list_max)
+        one = (recorder is None and len(by_lock) == 1 and len(envelopes) <= dao.in_list_max
+               and (not groups or dao.ack_frees_in_one))
         return Call(op, one)
 
     def release_call(self, envelope: Envelope, delay: timedelta | None,

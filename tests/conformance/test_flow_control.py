@@ -127,6 +127,40 @@ def test_a_dead_letter_frees_its_group(make_queue, front, clock):
     assert back.group == "g" and queue.poll().key == "k0"
 
 
+def test_an_ungrouped_message_behind_a_long_group_is_claimed_beside_its_head(make_queue, clock):
+    # the claim reads the first due messages in claim order (a few times the batch) to find
+    # free groups; an ungrouped message further on still fills the room the groups leave
+    queue = make_queue(acquire_timeout=30 * S)
+    now = clock.now()
+    queue.offer_many([Message(f"a{i:03}", i, now - 200 * S + i * S, group="a")
+                      for i in range(150)] + [Message("late", 0, now)])
+    assert [e.key for e in queue.poll_many(10)] == ["a000", "late"]
+
+
+def test_a_group_keeps_its_row_while_it_has_messages_and_drops_it_with_the_last(
+        make_queue, engine, table_name, clock):
+    queue = make_queue(acquire_timeout=30 * S)
+    queue.offer_many([Message(f"{g}{i}", i, clock.now() - (5 - i) * S, group=g)
+                      for g in ("x", "y") for i in range(2)])
+    groups = sa.table(f"{table_name}_groups", sa.column("pkind"), sa.column("group_key"),
+                      sa.column("lock_uuid"))
+
+    def rows() -> dict:
+        with engine.connect() as conn:
+            return {r.group_key: r.lock_uuid is not None for r in conn.execute(
+                sa.select(groups.c.group_key, groups.c.lock_uuid)
+                .where(groups.c.pkind == queue.pkind))}
+
+    first = queue.poll_many(10)
+    assert sorted(e.key for e in first) == ["x0", "y0"] and rows() == {"x": True, "y": True}
+    assert queue.ack_many(first) == 2
+    assert rows() == {"x": False, "y": False}  # freed, each with a message left
+    second = queue.poll_many(10)
+    assert sorted(e.key for e in second) == ["x1", "y1"]
+    assert queue.ack_many(second) == 2
+    assert rows() == {}  # both emptied: no row left behind
+
+
 # ---- pause, caps, rate limits --------------------------------------------------------------
 
 def test_pause_stops_claims_at_once_and_resume_restarts_them(make_queue, clock):

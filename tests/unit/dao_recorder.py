@@ -161,11 +161,11 @@ RATE_ROW = row(paused=0, has_groups=0, rate_limit=10, rate_period_ms=1000, token
 def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, object, object]]:
     """(label, statement, parameters) of every statement flow control sends, in order: a
     controlled claim of a grouped, rate-limited, capped queue (the plain claim finds the queue
-    controlled, the settings are read, locked, the in-flight messages counted, the group heads
-    read, the group rows made and locked, the heads and the ungrouped messages locked, all
-    marked), the claim of a rate-limited queue charging its bucket at the end (and on
-    credit, without reading the settings first), the freeing and extending of a group, and a
-    change of settings."""
+    controlled, the settings are read, locked, the in-flight messages counted, the first due
+    messages walked, the group rows made and locked, the heads and the ungrouped messages
+    locked, all marked), the claim of a rate-limited queue charging its bucket at the end (and
+    on credit, without reading the settings first), the ack of grouped messages freeing their
+    groups, the freeing and extending of a group, and a change of settings."""
     out = []
 
     def record(label, op, results=()):
@@ -176,10 +176,17 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1", None, None, None, None)
     # making group rows: PostgreSQL in one statement (ON CONFLICT), the others read, then
     # insert what they did not find
-    absent = [[]] if dao.name == "postgresql" else [[], []]
+    postgres = dao.name == "postgresql"
+    absent = [[]] if postgres else [[], []]
+    # the walk meets group g1, whose row is not made yet, and an ungrouped message; PostgreSQL
+    # turns bitmap reads off around it (in the caller's transaction: off, then back on)
+    walked = [row(group_key="g1", known=False), row(group_key=None, known=False)]
+    walk = [[("on", "off")], walked, []] if postgres else [walked]
+    # PostgreSQL claims the heads and the ungrouped messages, and marks them, in one statement
+    heads = [[claimed]] if postgres else [[claimed], []]
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
-        [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], [row(id=7, group_key="g1")], *absent,
-        [row(group_key="g1")], [claimed], []])
+        [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], *walk, *absent,
+        [("g1",)] if postgres else [row(group_key="g1")], *heads])
     # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
     # statement where the dialect can; elsewhere the settings read, the plain claim, and the
     # bucket refilled and charged by one conditional UPDATE
@@ -192,6 +199,8 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         spare = Control(False, False, 1000, 1000, 1_000_000, 0, None)
         record("claim on credit", lambda c: dao.claim_checked(
             c, kind, 100, 10, "L", 400, last=spare, optimistic=True), [taken])
+    record("ack freeing groups", lambda c: dao.ack_freeing(c, kind, "L", [7, 8], ["g1", "g2"]),
+           [[(2,)]])
     record("free groups", lambda c: dao.free_groups(c, kind, "L", ["g1", "g2"]))
     record("extend group", lambda c: dao.extend_group(c, kind, "L", "g1", 900))
     record("settings", lambda c: dao.write_settings(c, kind, paused=1), absent)

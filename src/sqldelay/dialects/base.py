@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -82,6 +82,11 @@ class ClaimedRow:
     previous_lock: str | None = None
     previous_holder: str | None = None
     trace_context: str | None = None  # the producer's, where its offer stored one
+
+
+def in_claim_order(rows: Iterable[ClaimedRow]) -> list[ClaimedRow]:
+    """Claimed rows in claim order, as RETURNING and OUTPUT give them in none of their own."""
+    return sorted(rows, key=lambda r: (-r.priority, r.due_ms, r.id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,12 +450,19 @@ class QueueDao(FlowControl):
         """The claim where it is one statement (the dialect's ``_claim_statement``) that
         returns the claimed rows, ``row`` making each a ClaimedRow: put in claim order, as
         RETURNING and OUTPUT give them in none of their own."""
+        values = self.claim_values(pkind, now_ms, limit, lock, until_ms, actor)
+        return in_claim_order(row(r) for r in conn.execute(
+            self._claim_statement(tuple(where), actor is not None), values))
+
+    @staticmethod
+    def claim_values(pkind: str, now_ms: int, limit: int, lock: str, until_ms: int,
+                     actor: str | None) -> dict:
+        """The parameters of a claim statement that marks what it claims and returns it."""
         values = {"b_kind": pkind, "b_now": now_ms, "limit": limit, "lock": lock,
                   "until": until_ms}
         if actor is not None:
             values["actor"] = actor
-        result = conn.execute(self._claim_statement(tuple(where), actor is not None), values)
-        return sorted((row(r) for r in result), key=lambda r: (-r.priority, r.due_ms, r.id))
+        return values
 
     def mark_claimed(self, conn: sa.Connection, ids: Sequence[int], lock: str,
                      until_ms: int, actor: str | None) -> None:

@@ -29,10 +29,11 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
   letters free it; an expired lock frees it by itself.
 
 The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
-FlowControl (how rows are locked, read currently, probed and inserted when absent) and, where
-its planner needs another form, how the free groups are locked (``lock_free_groups``) and
-their heads read (``group_heads``); a dialect that sets ``bucket_in_claim`` builds the
-"bucket" claim into its own claim statement.
+FlowControl (how rows are locked, read currently, probed, walked in claim order and inserted
+when absent) and, where its planner or its statements allow another form, how the free groups
+are won (``win_groups``), their heads read (``group_heads``) or claimed with the ungrouped
+messages (``claim_heads``), and grouped messages acked (``ack_freeing``); a dialect that sets
+``bucket_in_claim`` builds the "bucket" claim into its own claim statement.
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ class FlowControl:
         self._busy_group = self.probe(sa.select(sa.literal_column("1")).where(
             g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key,
             g.c.claimed_until > sa.bindparam("b_now"))).exists()
+        self._group_known = self.probe(sa.select(sa.literal_column("1")).where(
+            g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key)).exists()
         self._group_has_messages = self.probe(sa.select(sa.literal_column("1")).where(
             t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key), self.group_index).exists()
 
@@ -206,7 +209,7 @@ class FlowControl:
             if limit <= 0:
                 return []
             rows = self._claim_unlimited(conn, pkind, control, now_ms, limit, lock, until_ms,
-                                         actor)
+                                         actor, optimistic)
             if rows and not self._charge(conn, pkind, len(rows), now_ms):
                 raise Raced()
             return rows
@@ -224,7 +227,8 @@ class FlowControl:
                 limit = min(limit, control.max_in_flight - self._in_flight(conn, pkind, now_ms))
             if limit <= 0:
                 return []
-        rows = self._claim_unlimited(conn, pkind, control, now_ms, limit, lock, until_ms, actor)
+        rows = self._claim_unlimited(conn, pkind, control, now_ms, limit, lock, until_ms, actor,
+                                     optimistic)
         if control.limits and control.rate_limit is not None:
             s = self.settings
             conn.execute(sa.update(s).where(s.c.pkind == pkind).values(
@@ -233,10 +237,13 @@ class FlowControl:
         return rows
 
     def _claim_unlimited(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
-                         limit: int, lock: str, until_ms: int, actor: str | None) -> list:
-        """Up to ``limit`` due messages, by the group-aware claim where the queue has groups."""
+                         limit: int, lock: str, until_ms: int, actor: str | None,
+                         own_transaction: bool) -> list:
+        """Up to ``limit`` due messages, by the group-aware claim where the queue has groups
+        (``own_transaction``: the claim's transaction is its own, see ``walk``)."""
         if control.has_groups:
-            return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor)
+            return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
+                                       own_transaction)
         return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, (), actor)
 
     def _charge(self, conn: sa.Connection, pkind: str, count: int, now_ms: int) -> bool:
@@ -299,34 +306,63 @@ class FlowControl:
             t.c.scheduled_at > now_ms))).scalar())
 
     def _claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                       lock: str, until_ms: int, actor: str | None) -> list:
-        t, g = self.table, self.groups
-        # 1. free groups with due messages, in claim order, read without locks
-        heads: dict[str, int] = {}
-        for row in conn.execute(
-                sa.select(t.c.id, t.c.group_key)
-                .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms,
-                       t.c.group_key.is_not(None), ~self._busy_group)
-                .order_by(*claim_order(t)).limit(limit * 4 + 16), {"b_now": now_ms}):
-            heads.setdefault(row.group_key, row.id)
-        grouped = []
-        if heads:
-            # 2. the groups' rows, made if absent, locked if free: another claim holding one
-            # is skipped, so no two claims ever work on one group at once. In claim order, as
-            # many as are still wanted at a time: a claim that locked every candidate would
-            # leave concurrent claims nothing but groups it does not take
-            candidates, won = list(heads), []
-            while candidates and len(won) < limit:
-                names = sorted(candidates[:limit - len(won)])
-                del candidates[:limit - len(won)]
-                self.insert_absent(conn, g, pkind, [{"group_key": n} for n in names])
-                won += self.lock_free_groups(conn, pkind, names, now_ms)
-            # 3. the first due message of each group won, now that no other claim can touch
-            # the group
-            if won:
-                grouped = conn.execute(self.group_heads(pkind, won, now_ms)).fetchall()
-        # 4. messages without a group, as the plain claim takes them
-        plain = self.pick_due(conn, pkind, now_ms, limit, ("ungrouped",))
+                       lock: str, until_ms: int, actor: str | None,
+                       own_transaction: bool) -> list:
+        t = self.table
+        # 1. the first due messages in claim order that are ungrouped or of a free group (the
+        # busy probe finds no group for a message without one), read without locks: each
+        # group once, with whether it has a row yet
+        walk = limit * 4 + 16
+        groups: dict[str, bool] = {}
+        seen = ungrouped = 0
+        for row in self.walk(conn, sa.select(t.c.group_key, self._group_known.label("known"))
+                             .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms,
+                                    ~self._busy_group)
+                             .order_by(*claim_order(t)).limit(walk), {"b_now": now_ms},
+                             own_transaction):
+            seen += 1
+            if row.group_key is None:
+                ungrouped += 1
+            else:
+                groups.setdefault(row.group_key, bool(row.known))
+        # 2. the groups' rows, made if absent, locked if free: another claim holding one is
+        # skipped, so no two claims ever work on one group at once
+        won = self.win_groups(conn, pkind, groups, now_ms, limit) if groups else []
+        # 3. the first due message of each group won, now that no other claim can touch the
+        # group, and the ungrouped messages: those the walk saw may come first in claim
+        # order; if it saw none, any there are come after every message it saw, wanted only
+        # where the groups won leave room, and only if the walk was cut short (so a queue of
+        # groups alone does not walk its messages again to find none)
+        if ungrouped:
+            loose = limit
+        else:
+            loose = limit - len(won) if seen == walk else 0
+        return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor)
+
+    def win_groups(self, conn: sa.Connection, pkind: str, groups: dict[str, bool],
+                   now_ms: int, limit: int) -> list[str]:
+        """Lock the rows of up to ``limit`` free groups of ``groups`` (names in claim order,
+        each with whether its row exists), making the missing rows first; the names locked.
+        In claim order, as many as are still wanted at a time: a claim that locked every
+        candidate would leave concurrent claims nothing but groups it does not take."""
+        names, won = list(groups), []
+        while names and len(won) < limit:
+            part = sorted(names[:limit - len(won)])
+            del names[:limit - len(won)]
+            if absent := [n for n in part if not groups[n]]:
+                self.insert_absent(conn, self.groups, pkind, [{"group_key": n} for n in absent])
+            won += self.lock_free_groups(conn, pkind, part, now_ms)
+        return won
+
+    def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
+                    now_ms: int, limit: int, lock: str, until_ms: int,
+                    actor: str | None) -> list:
+        """Claim the first due message of each group of ``won`` (locked by this claim) and
+        up to ``loose`` ungrouped messages, the first ``limit`` of them in claim order, and
+        mark the groups claimed."""
+        g = self.groups
+        grouped = conn.execute(self.group_heads(pkind, won, now_ms)).fetchall() if won else []
+        plain = self.pick_due(conn, pkind, now_ms, loose, ("ungrouped",)) if loose else []
         chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
         self.mark_claimed(conn, [r[0] for r in chosen], lock, until_ms, actor)
         taken = sorted(r[8] for r in chosen if r[8] is not None)
@@ -360,6 +396,18 @@ class FlowControl:
 
     # ---- groups after the claim: freed, extended, dropped when empty ----------------------
 
+    # ``ack_freeing`` is one statement, atomic alone (so it may run in autocommit)
+    ack_frees_in_one: ClassVar[bool] = False
+
+    def ack_freeing(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
+                    groups: Sequence[str]) -> int:
+        """Ack the messages ``ids`` claimed by ``lock`` and free the groups ``lock`` holds
+        among ``groups`` (``free_groups``): how many messages were deleted."""
+        acked = self.ack_many(conn, lock, ids)
+        if groups:
+            self.free_groups(conn, pkind, lock, groups)
+        return acked
+
     def free_groups(self, conn: sa.Connection, pkind: str, lock: str,
                     groups: Sequence[str]) -> None:
         """Free the groups ``lock`` holds (an ack, a release, a dead letter), and drop the rows
@@ -384,6 +432,13 @@ class FlowControl:
                                         g.c.lock_uuid == lock).values(claimed_until=until_ms))
 
     # ---- per-database hooks -----------------------------------------------------------------
+
+    def walk(self, conn: sa.Connection, stmt: sa.Select, params: dict,
+             own_transaction: bool) -> Sequence:
+        """The rows of ``stmt``, a read of the first messages in claim order meant as a walk
+        of the claim index, kept so by the database's planner (``own_transaction``: the
+        transaction ``conn`` is in is the claim's own, and ends with it)."""
+        return conn.execute(stmt, params).all()
 
     def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
         """``stmt``, a correlated subquery meant as one index probe per outer row (through

@@ -74,7 +74,7 @@ SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed
 SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.lock_uuid IS NOT NULL AND delayed_queue.scheduled_at > :scheduled_at_1;
 
 -- controlled claim 4
-SELECT delayed_queue.id, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND delayed_queue.group_key IS NOT NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 OFFSET :param_2;
+SELECT delayed_queue.group_key, EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key) AS known FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 OFFSET :param_2;
 
 -- controlled claim 5
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
@@ -120,6 +120,15 @@ UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delay
 
 -- claim on credit 2
 UPDATE delayed_queue_settings SET tokens_milli=(CASE WHEN (delayed_queue_settings.tokens_milli IS NULL OR delayed_queue_settings.refilled_at IS NULL OR :param_1 - delayed_queue_settings.refilled_at >= delayed_queue_settings.rate_period_ms) THEN CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2 WHEN (:param_1 - delayed_queue_settings.refilled_at <= :param_3) THEN delayed_queue_settings.tokens_milli WHEN (delayed_queue_settings.tokens_milli + ((:param_1 - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2) / delayed_queue_settings.rate_period_ms > CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2) THEN CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2 ELSE delayed_queue_settings.tokens_milli + ((:param_1 - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2) / delayed_queue_settings.rate_period_ms END - :param_4), refilled_at=CASE WHEN (delayed_queue_settings.refilled_at IS NULL OR :param_1 > delayed_queue_settings.refilled_at) THEN :param_1 ELSE delayed_queue_settings.refilled_at END WHERE delayed_queue_settings.pkind = :pkind_1 AND delayed_queue_settings.rate_limit IS NOT NULL AND CASE WHEN (delayed_queue_settings.tokens_milli IS NULL OR delayed_queue_settings.refilled_at IS NULL OR :param_1 - delayed_queue_settings.refilled_at >= delayed_queue_settings.rate_period_ms) THEN CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2 WHEN (:param_1 - delayed_queue_settings.refilled_at <= :param_3) THEN delayed_queue_settings.tokens_milli WHEN (delayed_queue_settings.tokens_milli + ((:param_1 - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2) / delayed_queue_settings.rate_period_ms > CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2) THEN CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2 ELSE delayed_queue_settings.tokens_milli + ((:param_1 - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS BIGINT) * :param_2) / delayed_queue_settings.rate_period_ms END >= :param_4;
+
+-- ack freeing groups 0
+DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
+
+-- ack freeing groups 1
+UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
+
+-- ack freeing groups 2
+DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
 
 -- free groups 0
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
