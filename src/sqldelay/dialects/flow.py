@@ -31,9 +31,9 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
 The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
 FlowControl (how rows are locked, read currently, probed, walked in claim order and inserted
 when absent) and, where its planner or its statements allow another form, how the free groups
-are won (``win_groups``), their heads read (``group_heads``) or claimed with the ungrouped
-messages (``claim_heads``), and grouped messages acked (``ack_freeing``); a dialect that sets
-``bucket_in_claim`` builds the "bucket" claim into its own claim statement.
+are won (``win_groups``), their heads read (``read_heads``, ``group_heads``) or claimed with
+the ungrouped messages (``claim_heads``), and grouped messages acked (``ack_freeing``); a
+dialect that sets ``bucket_in_claim`` builds the "bucket" claim into its own claim statement.
 """
 
 from __future__ import annotations
@@ -337,6 +337,8 @@ class FlowControl:
             loose = limit
         else:
             loose = limit - len(won) if seen == walk else 0
+        if not won and not loose:
+            return []
         return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor)
 
     def win_groups(self, conn: sa.Connection, pkind: str, groups: dict[str, bool],
@@ -361,7 +363,7 @@ class FlowControl:
         up to ``loose`` ungrouped messages, the first ``limit`` of them in claim order, and
         mark the groups claimed."""
         g = self.groups
-        grouped = conn.execute(self.group_heads(pkind, won, now_ms)).fetchall() if won else []
+        grouped = self.read_heads(conn, pkind, won, now_ms) if won else []
         plain = self.pick_due(conn, pkind, now_ms, loose, ("ungrouped",)) if loose else []
         chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
         self.mark_claimed(conn, [r[0] for r in chosen], lock, until_ms, actor)
@@ -380,6 +382,11 @@ class FlowControl:
         return [r.group_key for r in conn.execute(self.lock_rows(
             sa.select(g.c.group_key).where(g.c.pkind == pkind, g.c.group_key.in_(names), free)
             .order_by(g.c.group_key), g, skip=True))]
+
+    def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
+                   now_ms: int) -> Sequence[Sequence]:
+        """The first due message of each of ``groups`` (locked by this claim), locked."""
+        return conn.execute(self.group_heads(pkind, groups, now_ms)).fetchall()
 
     def group_heads(self, pkind: str, groups: Sequence[str], now_ms: int) -> sa.Select:
         """The first due message of each of ``groups`` in the group's order, locked, as

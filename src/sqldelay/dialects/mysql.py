@@ -100,6 +100,26 @@ class MySQLQueueDao(QueueDao):
         index = self.group_index if "ungrouped" in where else self.claim_index
         return stmt.with_hint(self.table, f"FORCE INDEX ({index})")
 
+    def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
+                   now_ms: int) -> Sequence[Sequence]:
+        # On a MariaDB server (whatever the URL calls it), one locking read per group joined
+        # by UNION ALL, each walking the group index to the group's first due message. The
+        # portable form (the heads' ids from a subquery over the groups' rows) was planned on
+        # tables without statistics as a read of the whole queue, whose every row InnoDB keeps
+        # locked to the end of the claim: head reads and acks waited on each other (1.0 to
+        # 1.4 s a head read on average in drains by four consumers; 27 ms this way). MySQL
+        # keeps the portable form: its parser's take on a locking clause in each part of a
+        # UNION was not tried (no MySQL server here).
+        if not conn.dialect.is_mariadb:
+            return super().read_heads(conn, pkind, groups, now_ms)
+        t = self.table
+        return conn.execute(sa.union_all(*(
+            sa.select(*self._claim_columns)
+            .with_hint(t, f"FORCE INDEX ({self.group_index})")
+            .where(t.c.pkind == pkind, t.c.group_key == name, t.c.scheduled_at <= now_ms)
+            .order_by(*group_order(t)).limit(1).with_for_update()
+            for name in groups))).fetchall()
+
     def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
         # On a table whose statistics were taken empty, MariaDB probed the queue for a
         # group's messages through the due index, on pkind alone: every message of the
@@ -174,20 +194,3 @@ class MySQLQueueDao(QueueDao):
 class MariaDBQueueDao(MySQLQueueDao):
     name = "mariadb"
     delete_returning = True  # DELETE … RETURNING, which MySQL lacks
-
-    def group_heads(self, pkind: str, groups: Sequence[str], now_ms: int) -> sa.CompoundSelect:
-        # One locking read per group, joined by UNION ALL, each walking the group index to its
-        # first due message. The portable form (the heads' ids from a subquery over the
-        # groups' rows, then the messages by id) was planned on tables without statistics as
-        # a read of the whole queue, whose every row a locking read keeps locked: the claims'
-        # head reads and the acks then waited on each other (1.0 to 1.4 s a head read on
-        # average in drains by four consumers; 27 ms this way). MariaDB takes a locking clause
-        # in each parenthesized part of a UNION; whether MySQL does was not tried (no MySQL
-        # server here), so MySQL keeps the portable form.
-        t = self.table
-        return sa.union_all(*(
-            sa.select(*self._claim_columns)
-            .with_hint(t, f"FORCE INDEX ({self.group_index})")
-            .where(t.c.pkind == pkind, t.c.group_key == name, t.c.scheduled_at <= now_ms)
-            .order_by(*group_order(t)).limit(1).with_for_update()
-            for name in groups))
