@@ -119,20 +119,7 @@ class PostgresQueueDao(QueueDao):
                     .cte("allowed")
                     .prefix_with("MATERIALIZED")
                 )
-            mark = {"lock_uuid": sa.bindparam("lock"), "scheduled_at": sa.bindparam("until"),
-                    "deliveries": t.c.deliveries + 1}
-            if by:
-                mark["claimed_by"] = sa.bindparam("actor")
-            claim = (
-                sa.update(t)
-                .where(t.c.id == picked.c.id)
-                .values(**mark)
-                .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
-                           t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
-                           t.c.priority, t.c.group_key, t.c.enqueued_by,
-                           picked.c.lock_uuid.label("previous_lock"),
-                           picked.c.claimed_by.label("previous_holder"), t.c.trace_context)
-            )
+            claim = self._mark_picked(picked, by, t.c.id == picked.c.id)
             if bucketed:
                 taken = sa.select(sa.func.count()).select_from(picked).scalar_subquery()
                 claim = claim.add_cte(
@@ -142,6 +129,22 @@ class PostgresQueueDao(QueueDao):
                     .cte("charged"))
             self._claims[where, by] = claim
         return self._claims[where, by]
+
+    def _mark_picked(self, picked: sa.CTE, by: bool, *where: sa.ColumnElement[bool]) -> sa.Update:
+        """The UPDATE that marks the messages ``picked`` (a CTE of their id, due time, lock,
+        holder) claimed by ``lock`` until ``until`` (and held by ``actor`` when ``by``), and
+        returns them as ClaimedRow's fields, with the lock and holder each had before."""
+        t = self.table
+        mark = {"lock_uuid": sa.bindparam("lock"), "scheduled_at": sa.bindparam("until"),
+                "deliveries": t.c.deliveries + 1}
+        if by:
+            mark["claimed_by"] = sa.bindparam("actor")
+        return (sa.update(t).where(*where).values(**mark)
+                .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
+                           t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
+                           t.c.priority, t.c.group_key, t.c.enqueued_by,
+                           picked.c.lock_uuid.label("previous_lock"),
+                           picked.c.claimed_by.label("previous_holder"), t.c.trace_context))
 
     @classmethod
     def tuning_ddl(cls, table: sa.Table, preset: str) -> list[str]:
@@ -338,7 +341,7 @@ class PostgresQueueDao(QueueDao):
         if by not in self._heads_claims:
             t, g = self.table, self.groups
             kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
-            until, lock = sa.bindparam("until", type_=sa.BigInteger), sa.bindparam("lock")
+            until, lock = sa.bindparam("until"), sa.bindparam("lock")
             n = self._names()
             columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
             head = (sa.select(*columns)
@@ -356,23 +359,13 @@ class PostgresQueueDao(QueueDao):
                       .order_by(both.c.priority.desc(), both.c.scheduled_at, both.c.id)
                       .limit(sa.bindparam("limit", type_=sa.Integer))
                       .cte("picked").prefix_with("MATERIALIZED"))
-            mark = {"lock_uuid": lock, "scheduled_at": until, "deliveries": t.c.deliveries + 1}
-            if by:
-                mark["claimed_by"] = sa.bindparam("actor")
             # the ids as an array too, and the groups' rows found by name one at a time and
             # updated by their row ids: joining the CTEs (estimated at a hundred rows on
             # tables without statistics) was planned as a scan of every message and of every
             # group row
             ids = sa.func.array(sa.select(picked.c.id).scalar_subquery())
-            claimed = (
-                sa.update(t).where(t.c.id == sa.any_(ids), t.c.id == picked.c.id)
-                .values(**mark)
-                .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
-                           t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
-                           t.c.priority, t.c.group_key, t.c.enqueued_by,
-                           picked.c.lock_uuid.label("previous_lock"),
-                           picked.c.claimed_by.label("previous_holder"), t.c.trace_context)
-                .cte("claimed"))
+            claimed = self._mark_picked(picked, by, t.c.id == sa.any_(ids),
+                                        t.c.id == picked.c.id).cte("claimed")
             marked = (sa.update(g).where(_CTID == sa.any_(self._group_rows(claimed.c.group_key)))
                       .values(claimed_until=until, lock_uuid=lock)
                       .cte("marked"))
