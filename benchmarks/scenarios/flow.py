@@ -202,12 +202,8 @@ def _plans(bench: Bench, queue, variant: str) -> dict:
         return out
     values = {"b_kind": queue.pkind, "b_now": now, "b_limit": bench.batch}
     groups = [f"g{i}" for i in range(bench.batch)]
-    if dao.name == "postgresql":  # the heads claimed and marked in one statement
-        heads = explain(bench.engine, dao._heads_claim(False), {
-            **dao.claim_values(queue.pkind, now, bench.batch, "x", now, None),
-            "loose": bench.batch, "group_names": groups}, t)
-    else:
-        heads = explain(bench.engine, dao.group_heads(queue.pkind, groups, now), values, t)
+    stmt, params = dao.heads_plan(queue.pkind, groups, now, bench.batch)
+    heads = explain(bench.engine, stmt, {**values, **params}, t)
     ungrouped = explain(bench.engine, due_statement(queue, now, bench.batch, ("ungrouped",)),
                         values, t)
     return {"group heads": {"plan": heads.text, "as_expected":

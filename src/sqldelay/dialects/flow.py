@@ -142,11 +142,14 @@ class FlowControl:
         # a settings row with a control besides a rate limit: a pause, groups or a cap
         self.other_controls = sa.or_(paused, grouped, s.c.max_in_flight.is_not(None))
         self._other_controls = sa.exists().where(s.c.pkind == kind, self.other_controls)
-        self._busy_group = self.probe(sa.select(sa.literal_column("1")).where(
-            g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key,
-            g.c.claimed_until > sa.bindparam("b_now"))).exists()
-        self._group_known = self.probe(sa.select(sa.literal_column("1")).where(
-            g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key)).exists()
+
+        def group_row(*where: sa.ColumnElement[bool]) -> sa.Exists:
+            """The message's group has a row (meeting ``where``)."""
+            return self.probe(sa.select(sa.literal_column("1")).where(
+                g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key, *where)).exists()
+
+        self._busy_group = group_row(g.c.claimed_until > sa.bindparam("b_now"))
+        self._group_known = group_row()
         self._group_has_messages = self.probe(sa.select(sa.literal_column("1")).where(
             t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key), self.group_index).exists()
 
@@ -382,6 +385,12 @@ class FlowControl:
         return [r.group_key for r in conn.execute(self.lock_rows(
             sa.select(g.c.group_key).where(g.c.pkind == pkind, g.c.group_key.in_(names), free)
             .order_by(g.c.group_key), g, skip=True))]
+
+    def heads_plan(self, pkind: str, groups: Sequence[str], now_ms: int,
+                   limit: int) -> tuple[sa.Executable, dict]:
+        """The statement a grouped claim reads the heads of ``groups`` with, and its
+        parameters, to show its plan (``benchmarks``' flow_plans)."""
+        return self.group_heads(pkind, groups, now_ms), {}
 
     def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
                    now_ms: int) -> Sequence[Sequence]:

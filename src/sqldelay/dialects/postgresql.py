@@ -337,6 +337,13 @@ class PostgresQueueDao(QueueDao):
         return in_claim_order(ClaimedRow(*r) for r in
                               conn.execute(self._heads_claim(actor is not None), values))
 
+    def heads_plan(self, pkind: str, groups: Sequence[str], now_ms: int,
+                   limit: int) -> tuple[sa.Executable, dict]:
+        # the heads are read by the statement that claims them and marks their groups
+        return self._heads_claim(False), {
+            **self.claim_values(pkind, now_ms, limit, "plan", now_ms, None),
+            "loose": limit, "group_names": list(groups)}
+
     def _heads_claim(self, by: bool) -> sa.Select:
         if by not in self._heads_claims:
             t, g = self.table, self.groups
