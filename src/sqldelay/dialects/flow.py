@@ -31,13 +31,16 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
 The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
 FlowControl (how rows are locked, read currently, probed, walked in claim order and inserted
 when absent) and, where its planner or its statements allow another form, how the free groups
-are won (``win_groups``), their heads read (``read_heads``, ``group_heads``) or claimed with
-the ungrouped messages (``claim_heads``), and grouped messages acked (``ack_freeing``); a
-dialect that sets ``bucket_in_claim`` builds the "bucket" claim into its own claim statement.
+are won (``win_groups``), their heads read (``read_heads``) or claimed with the ungrouped
+messages (``claim_heads``), and grouped messages acked (``ack_freeing``); a dialect that sets
+``bucket_in_claim`` builds the "bucket" claim into its own claim statement. The statements the
+claim runs each time are built once, with named parameters: built per call, their construction
+and cache keys cost more client time than some of the statements took the database.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -181,15 +184,20 @@ class FlowControl:
 
     def read_control(self, conn: sa.Connection, pkind: str, *,
                      lock: bool = False) -> Control | None:
-        s = self.settings
-        stmt = sa.select(s.c.paused, s.c.has_groups, s.c.rate_limit, s.c.rate_period_ms,
-                         s.c.tokens_milli, s.c.refilled_at,
-                         s.c.max_in_flight).where(s.c.pkind == pkind)
-        row = conn.execute(self.lock_rows(stmt, s, skip=False) if lock else stmt).first()
+        row = conn.execute(self._read_control[lock], {"b_kind": pkind}).first()
         if row is None:
             return None
         return Control(bool(row.paused), bool(row.has_groups), row.rate_limit,
                        row.rate_period_ms, row.tokens_milli, row.refilled_at, row.max_in_flight)
+
+    @functools.cached_property
+    def _read_control(self) -> dict[bool, sa.Select]:
+        """The settings row's read, by whether it locks the row."""
+        s = self.settings
+        stmt = sa.select(s.c.paused, s.c.has_groups, s.c.rate_limit, s.c.rate_period_ms,
+                         s.c.tokens_milli, s.c.refilled_at,
+                         s.c.max_in_flight).where(s.c.pkind == sa.bindparam("b_kind"))
+        return {False: stmt, True: self.lock_rows(stmt, s, skip=False)}
 
     def write_settings(self, conn: sa.Connection, pkind: str, **values) -> None:
         """Set columns of ``pkind``'s settings row, creating it first if absent."""
@@ -311,17 +319,13 @@ class FlowControl:
     def _claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                        lock: str, until_ms: int, actor: str | None,
                        own_transaction: bool) -> list:
-        t = self.table
         # 1. the first due messages in claim order that are ungrouped or of a free group (the
         # busy probe finds no group for a message without one), read without locks: each
         # group once, with whether it has a row yet
         walk = limit * 4 + 16
         groups: dict[str, bool] = {}
         seen = ungrouped = 0
-        for row in self.walk(conn, sa.select(t.c.group_key, self._group_known.label("known"))
-                             .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms,
-                                    ~self._busy_group)
-                             .order_by(*claim_order(t)).limit(walk), {"b_now": now_ms},
+        for row in self.walk(conn, self._walk, {"b_kind": pkind, "b_now": now_ms, "walk": walk},
                              own_transaction):
             seen += 1
             if row.group_key is None:
@@ -344,6 +348,15 @@ class FlowControl:
             return []
         return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor)
 
+    @functools.cached_property
+    def _walk(self) -> sa.Select:
+        """The grouped claim's first read (parameters b_kind, b_now and walk, how many)."""
+        t = self.table
+        return (sa.select(t.c.group_key, self._group_known.label("known"))
+                .where(t.c.pkind == sa.bindparam("b_kind"),
+                       t.c.scheduled_at <= sa.bindparam("b_now"), ~self._busy_group)
+                .order_by(*claim_order(t)).limit(sa.bindparam("walk", type_=sa.Integer)))
+
     def win_groups(self, conn: sa.Connection, pkind: str, groups: dict[str, bool],
                    now_ms: int, limit: int) -> list[str]:
         """Lock the rows of up to ``limit`` free groups of ``groups`` (names in claim order,
@@ -365,48 +378,73 @@ class FlowControl:
         """Claim the first due message of each group of ``won`` (locked by this claim) and
         up to ``loose`` ungrouped messages, the first ``limit`` of them in claim order, and
         mark the groups claimed."""
-        g = self.groups
         grouped = self.read_heads(conn, pkind, won, now_ms) if won else []
         plain = self.pick_due(conn, pkind, now_ms, loose, ("ungrouped",)) if loose else []
         chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
         self.mark_claimed(conn, [r[0] for r in chosen], lock, until_ms, actor)
         taken = sorted(r[8] for r in chosen if r[8] is not None)
         for part in chunked(taken, self.in_list_max):
-            conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key.in_(part))
-                         .values(claimed_until=until_ms, lock_uuid=lock))
+            conn.execute(self._group_statements["mark"],
+                         {"b_kind": pkind, "names": part, "until": until_ms, "lock": lock})
         return [self.claimed_row(r) for r in chosen]
+
+    @functools.cached_property
+    def _group_statements(self) -> dict[str, sa.Executable]:
+        """The statements on the rows of the groups listed by the parameter ``names`` (and
+        b_kind): "lock" the free ones (at b_now), "mark" them claimed (until, lock), "free"
+        those ``lock`` holds, "drop" those freed that have no message left."""
+        g = self.groups
+        mine = (g.c.pkind == sa.bindparam("b_kind"),
+                g.c.group_key.in_(sa.bindparam("names", expanding=True)))
+        now, lock = sa.bindparam("b_now", type_=sa.BigInteger), sa.bindparam("lock")
+        free = g.c.claimed_until.is_(None) | (g.c.claimed_until <= now)
+        return {
+            "lock": self.lock_rows(sa.select(g.c.group_key).where(*mine, free)
+                                   .order_by(g.c.group_key), g, skip=True),
+            "mark": sa.update(g).where(*mine).values(claimed_until=sa.bindparam("until"),
+                                                     lock_uuid=lock),
+            "free": sa.update(g).where(*mine, g.c.lock_uuid == lock)
+                    .values(claimed_until=None, lock_uuid=None),
+            # a group is empty when one probe of the group index finds no message: asked per
+            # freed group (``probe``), never as an anti-join or a list of the queue's rows,
+            # which planners without statistics read as every message of the queue (100 ms
+            # a call as an anti-join, 15 ms as NOT IN over the listed groups' messages)
+            "drop": sa.delete(g).where(*mine, g.c.claimed_until.is_(None),
+                                       ~self._group_has_messages),
+        }
 
     def lock_free_groups(self, conn: sa.Connection, pkind: str, names: Sequence[str],
                          now_ms: int) -> list[str]:
         """Lock the rows of the groups ``names`` (sorted) that are free, passing over those
         another claim has locked; the names of the groups locked."""
-        g = self.groups
-        free = g.c.claimed_until.is_(None) | (g.c.claimed_until <= now_ms)
-        return [r.group_key for r in conn.execute(self.lock_rows(
-            sa.select(g.c.group_key).where(g.c.pkind == pkind, g.c.group_key.in_(names), free)
-            .order_by(g.c.group_key), g, skip=True))]
+        return [r.group_key for r in conn.execute(
+            self._group_statements["lock"],
+            {"b_kind": pkind, "names": list(names), "b_now": now_ms})]
 
     def heads_plan(self, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
         """The statement a grouped claim reads the heads of ``groups`` with, and its
         parameters, to show its plan (``benchmarks``' flow_plans)."""
-        return self.group_heads(pkind, groups, now_ms), {}
+        return self._group_heads, {"b_kind": pkind, "names": list(groups), "b_now": now_ms}
 
     def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
                    now_ms: int) -> Sequence[Sequence]:
         """The first due message of each of ``groups`` (locked by this claim), locked."""
-        return conn.execute(self.group_heads(pkind, groups, now_ms)).fetchall()
+        return conn.execute(self._group_heads, {"b_kind": pkind, "names": list(groups),
+                                                "b_now": now_ms}).fetchall()
 
-    def group_heads(self, pkind: str, groups: Sequence[str], now_ms: int) -> sa.Select:
-        """The first due message of each of ``groups`` in the group's order, locked, as
-        ``_claim_columns``: one walk of the group index per group, however many messages
-        wait behind the head."""
+    @functools.cached_property
+    def _group_heads(self) -> sa.Select:
+        """The first due message (at b_now) of each group the parameter ``names`` lists, in
+        the group's order, locked, as ``_claim_columns``: one walk of the group index per
+        group, however many messages wait behind the head."""
         t, g = self.table, self.groups
         head = (sa.select(t.c.id)
                 .where(t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key,
-                       t.c.scheduled_at <= now_ms)
+                       t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger))
                 .order_by(*group_order(t)).limit(1).correlate(g).scalar_subquery())
-        heads = sa.select(head).where(g.c.pkind == pkind, g.c.group_key.in_(groups))
+        heads = sa.select(head).where(g.c.pkind == sa.bindparam("b_kind"),
+                                      g.c.group_key.in_(sa.bindparam("names", expanding=True)))
         return self.lock_rows(sa.select(*self._claim_columns).where(t.c.id.in_(heads)), t,
                               skip=False)
 
@@ -428,18 +466,10 @@ class FlowControl:
                     groups: Sequence[str]) -> None:
         """Free the groups ``lock`` holds (an ack, a release, a dead letter), and drop the rows
         of those that have no message left."""
-        g = self.groups
         for part in chunked(sorted(set(groups)), self.in_list_max):
-            conn.execute(sa.update(g).where(g.c.pkind == pkind, g.c.group_key.in_(part),
-                                            g.c.lock_uuid == lock)
-                         .values(claimed_until=None, lock_uuid=None))
-            # a group is empty when one probe of the group index finds no message: asked per
-            # freed group (``probe``), never as an anti-join or a list of the queue's rows,
-            # which planners without statistics read as every message of the queue (100 ms
-            # a call as an anti-join, 15 ms as NOT IN over the listed groups' messages)
-            conn.execute(sa.delete(g).where(
-                g.c.pkind == pkind, g.c.group_key.in_(part), g.c.claimed_until.is_(None),
-                ~self._group_has_messages))
+            values = {"b_kind": pkind, "names": part, "lock": lock}
+            conn.execute(self._group_statements["free"], values)
+            conn.execute(self._group_statements["drop"], values)
 
     def extend_group(self, conn: sa.Connection, pkind: str, lock: str, group: str,
                      until_ms: int) -> None:

@@ -65,16 +65,16 @@ UPDATE delayed_queue SET trace_context=:trace_context WHERE delayed_queue.pkind 
 SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue FORCE INDEX (delayed_queue_kind_prio_ix) WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
 
 -- controlled claim 1
-SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
+SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind;
 
 -- controlled claim 2
-SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1 FOR UPDATE;
+SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind FOR UPDATE;
 
 -- controlled claim 3
 SELECT count(*) AS count_1 FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.lock_uuid IS NOT NULL AND delayed_queue.scheduled_at > :scheduled_at_1 LOCK IN SHARE MODE;
 
 -- controlled claim 4
-SELECT delayed_queue.group_key, EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key) AS known FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 AND NOT (EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1;
+SELECT delayed_queue.group_key, EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key) AS known FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT 1 FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = delayed_queue.pkind AND delayed_queue_groups.group_key = delayed_queue.group_key AND delayed_queue_groups.claimed_until > :b_now)) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :walk;
 
 -- controlled claim 5
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
@@ -83,7 +83,7 @@ SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_qu
 INSERT IGNORE INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
 
 -- controlled claim 7
-SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :claimed_until_1) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
+SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :b_now) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
 
 -- controlled claim 8
 (SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue FORCE INDEX (delayed_queue_kind_group_ix) WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.group_key = :group_key_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at_initially, delayed_queue.id LIMIT :param_1 FOR UPDATE);
@@ -95,13 +95,13 @@ SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queu
 UPDATE delayed_queue FORCE INDEX (PRIMARY) SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
 
 -- controlled claim 11
-UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
+UPDATE delayed_queue_groups SET claimed_until=:until, lock_uuid=:lock WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1);
 
 -- controlled claim 12
 UPDATE delayed_queue_settings SET tokens_milli=:tokens_milli, refilled_at=:refilled_at WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- rate-limited claim 0
-SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
+SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind;
 
 -- rate-limited claim 1
 SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue FORCE INDEX (delayed_queue_kind_prio_ix) WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.scheduled_at <= :scheduled_at_1 ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :param_1 FOR UPDATE SKIP LOCKED;
@@ -125,16 +125,16 @@ UPDATE delayed_queue_settings SET tokens_milli=(CASE WHEN (delayed_queue_setting
 DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- ack freeing groups 1
-UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
+UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1, :names_2) AND delayed_queue_groups.lock_uuid = :lock;
 
 -- ack freeing groups 2
-DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue FORCE INDEX (delayed_queue_kind_group_ix) WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
+DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1, :names_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue FORCE INDEX (delayed_queue_kind_group_ix) WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
 
 -- free groups 0
-UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
+UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1, :names_2) AND delayed_queue_groups.lock_uuid = :lock;
 
 -- free groups 1
-DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1, :group_key_1_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue FORCE INDEX (delayed_queue_kind_group_ix) WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
+DELETE FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1, :names_2) AND delayed_queue_groups.claimed_until IS NULL AND NOT (EXISTS (SELECT 1 FROM delayed_queue FORCE INDEX (delayed_queue_kind_group_ix) WHERE delayed_queue.pkind = delayed_queue_groups.pkind AND delayed_queue.group_key = delayed_queue_groups.group_key));
 
 -- extend group 0
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key = :group_key_1 AND delayed_queue_groups.lock_uuid = :lock_uuid_1;
