@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
 from collections.abc import Callable, Collection, Sequence
 
@@ -303,12 +304,20 @@ class PostgresQueueDao(QueueDao):
     # table without statistics, as a read of every group row of the queue, each compared
     # with every name: 5 ms to lock 100 free groups of 1,000, 4 ms to find their heads. The
     # names unnested, each probes its row through the index, whatever the statistics say.
-    def _names(self, names: Sequence[str] | None = None) -> sa.TableValuedAlias:
-        """The group names of the parameter ``group_names`` (bound to ``names`` where given),
-        unnested as the rows of ``n(k)``, in their order."""
-        listed = sa.bindparam("group_names", None if names is None else list(names),
-                              type_=pg.ARRAY(self.groups.c.group_key.type))
-        return sa.func.unnest(listed).table_valued("k").render_derived(name="n")
+    # They travel as one JSON text: the driver encodes a list of 400 names as an array
+    # element by element in Python, which took a tenth of a grouped claim's client time.
+    @staticmethod
+    def _names() -> sa.TableValuedAlias:
+        """The group names of the parameter ``group_names`` (``_listed``) as the rows of
+        ``n(k)``, in their order."""
+        listed = sa.cast(sa.bindparam("group_names", type_=sa.Text), pg.JSON)
+        return sa.func.json_array_elements_text(listed).table_valued("k").render_derived(
+            name="n")
+
+    @staticmethod
+    def _listed(names: Sequence[str]) -> str:
+        """The value of the parameter ``group_names`` listing ``names``."""
+        return json.dumps(list(names))
 
     def win_groups(self, conn: sa.Connection, pkind: str, groups: dict[str, bool],
                    now_ms: int, limit: int) -> list[str]:
@@ -318,14 +327,20 @@ class PostgresQueueDao(QueueDao):
         # further on is made when a later claim reaches it.
         if absent := sorted(n for n in list(groups)[:limit] if not groups[n]):
             self.insert_absent(conn, self.groups, pkind, [{"group_key": n} for n in absent])
-        g, n = self.groups, self._names(groups)
+        return list(conn.execute(self._win_groups, {
+            "b_kind": pkind, "b_now": now_ms, "limit": limit,
+            "group_names": self._listed(groups)}).scalars())
+
+    @functools.cached_property
+    def _win_groups(self) -> sa.Select:
+        g, n = self.groups, self._names()
+        now = sa.bindparam("b_now", type_=sa.BigInteger)
         row = (sa.select(g.c.group_key)
-               .where(g.c.pkind == pkind, g.c.group_key == n.c.k,
-                      g.c.claimed_until.is_(None) | (g.c.claimed_until <= now_ms))
+               .where(g.c.pkind == sa.bindparam("b_kind"), g.c.group_key == n.c.k,
+                      g.c.claimed_until.is_(None) | (g.c.claimed_until <= now))
                .with_for_update(skip_locked=True).lateral("free"))
-        return list(conn.execute(
-            sa.select(row.c.group_key).select_from(n).join(row, sa.true()).limit(limit))
-            .scalars())
+        return (sa.select(row.c.group_key).select_from(n).join(row, sa.true())
+                .limit(sa.bindparam("limit", type_=sa.Integer)))
 
     def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
                     now_ms: int, limit: int, lock: str, until_ms: int,
@@ -333,7 +348,7 @@ class PostgresQueueDao(QueueDao):
         # one statement: the heads and the ungrouped messages locked, the first ``limit``
         # marked claimed, and their groups too (the four statements of the portable claim)
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
-                  "loose": loose, "group_names": list(won)}
+                  "loose": loose, "group_names": self._listed(won)}
         return in_claim_order(ClaimedRow(*r) for r in
                               conn.execute(self._heads_claim(actor is not None), values))
 
@@ -342,7 +357,7 @@ class PostgresQueueDao(QueueDao):
         # the heads are read by the statement that claims them and marks their groups
         return self._heads_claim(False), {
             **self.claim_values(pkind, now_ms, limit, "plan", now_ms, None),
-            "loose": limit, "group_names": list(groups)}
+            "loose": limit, "group_names": self._listed(groups)}
 
     def _heads_claim(self, by: bool) -> sa.Select:
         if by not in self._heads_claims:
@@ -386,7 +401,8 @@ class PostgresQueueDao(QueueDao):
         if not groups:
             return self.ack_many(conn, lock, ids)
         return conn.execute(self._ack_freeing, {"b_kind": pkind, "lock": lock, "ids": list(ids),
-                                                "group_names": sorted(set(groups))}).scalar()
+                                                "group_names": self._listed(sorted(set(groups)))}
+                            ).scalar()
 
     @functools.cached_property
     def _ack_freeing(self) -> sa.Select:
