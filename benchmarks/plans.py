@@ -51,21 +51,20 @@ def claim_plan(queue: DelayedQueue, limit: int) -> Plan | None:
         # the whole claim, one statement
         return explain(engine, dao._claim_statement(("guard",)),
                        {**values, "limit": limit, "lock": "x", "until": now}, dao.table)
-    return explain(engine, due_statement(queue, now, limit, ("guard",)), values, dao.table)
+    return explain(engine, due_statement(queue, ("guard",)), values, dao.table)
 
 
 def claim_index(queue: DelayedQueue) -> str:
     return queue.dao.claim_index
 
 
-def due_statement(queue: DelayedQueue, now: int, limit: int,
-                  where: tuple[str, ...]) -> sa.Executable:
+def due_statement(queue: DelayedQueue, where: tuple[str, ...]) -> sa.Executable:
     """The claim's read of due messages as the queue's database module sends it."""
     dao = queue.dao
     if dao.name == "sqlite":
         sql, constants = dao._due_sql(where)
         return sa.text(sql).bindparams(**constants)
-    return dao.select_due(queue.pkind, now, limit, where)
+    return dao.select_due(where)
 
 
 def explain(engine, stmt, values: dict, table: sa.Table) -> Plan:

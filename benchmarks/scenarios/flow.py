@@ -204,8 +204,7 @@ def _plans(bench: Bench, queue, variant: str) -> dict:
     groups = [f"g{i}" for i in range(bench.batch)]
     stmt, params = dao.heads_plan(queue.pkind, groups, now, bench.batch)
     heads = explain(bench.engine, stmt, {**values, **params}, t)
-    ungrouped = explain(bench.engine, due_statement(queue, now, bench.batch, ("ungrouped",)),
-                        values, t)
+    ungrouped = explain(bench.engine, due_statement(queue, ("ungrouped",)), values, t)
     return {"group heads": {"plan": heads.text, "as_expected":
                             f"{t.name}_kind_group_ix" in heads.indexes and not heads.full_scan},
             "ungrouped": {"plan": ungrouped.text,

@@ -141,6 +141,7 @@ class QueueDao(FlowControl):
         # a group's messages in the group's order: (pkind, group_key, priority DESC, …)
         self.group_index = f"{t.name}_kind_group_ix"
         self._insert_sql: dict[tuple, tuple[str, list[str] | None]] = {}
+        self._due_selects: dict[tuple[str, ...], sa.Select] = {}
         # in the order of ClaimedRow's fields
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
                                t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
@@ -480,17 +481,25 @@ class QueueDao(FlowControl):
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence]:
         """Lock and read up to ``limit`` due rows, as ``_claim_columns`` in claim order."""
-        return conn.execute(self.select_due(pkind, now_ms, limit, where),
-                            {"b_kind": pkind, "b_now": now_ms}).fetchall()
+        return conn.execute(self.select_due(tuple(where)),
+                            {"b_kind": pkind, "b_now": now_ms, "b_limit": limit}).fetchall()
 
-    def select_due(self, pkind: str, now_ms: int, limit: int,
-                   where: Sequence[str] = ()) -> sa.Select:
+    def select_due(self, where: tuple[str, ...] = ()) -> sa.Select:
+        """``pick_due``'s statement (parameters b_kind, b_now, b_limit), built once per set of
+        claim conditions (``build_select_due``): built per claim, its construction and cache
+        key cost the client more than the database's read of a hundred rows."""
+        if (stmt := self._due_selects.get(where)) is None:
+            stmt = self._due_selects[where] = self.build_select_due(where)
+        return stmt
+
+    def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
         t = self.table
         stmt = (sa.select(*self._claim_columns)
-                .where(t.c.pkind == pkind, t.c.scheduled_at <= now_ms,
+                .where(t.c.pkind == sa.bindparam("b_kind"),
+                       t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger),
                        *self.due_conditions(where))
                 .order_by(*claim_order(t))
-                .limit(limit))
+                .limit(sa.bindparam("b_limit", type_=sa.Integer)))
         return stmt.with_for_update(skip_locked=True) if self.skip_locked else stmt
 
     # ---- ack, release, extend ----------------------------------------------------------

@@ -260,15 +260,20 @@ class FlowControl:
     def _charge(self, conn: sa.Connection, pkind: str, count: int, now_ms: int) -> bool:
         """Spend ``count`` tokens of the bucket as it stands now; False (nothing changed)
         where it holds fewer."""
+        return conn.execute(self._charge_bucket, {"b_kind": pkind, "b_now": now_ms,
+                                                  "spend": 1000 * count}).rowcount == 1
+
+    @functools.cached_property
+    def _charge_bucket(self) -> sa.Update:
         s = self.settings
-        now = sa.literal(now_ms, sa.BigInteger)
-        held, spend = self.bucket_held(now), sa.literal(1000 * count, sa.BigInteger)
+        now = sa.bindparam("b_now", type_=sa.BigInteger)
+        held, spend = self.bucket_held(now), sa.bindparam("spend", type_=sa.BigInteger)
         # MySQL assigns left to right, each seeing the ones before: the tokens go first, from
         # the refill time they were refilled to
-        return conn.execute(
-            sa.update(s).where(s.c.pkind == pkind, s.c.rate_limit.is_not(None), held >= spend)
-            .ordered_values((s.c.tokens_milli, held - spend),
-                            (s.c.refilled_at, self.bucket_refilled_at(now)))).rowcount == 1
+        return (sa.update(s).where(s.c.pkind == sa.bindparam("b_kind"),
+                                   s.c.rate_limit.is_not(None), held >= spend)
+                .ordered_values((s.c.tokens_milli, held - spend),
+                                (s.c.refilled_at, self.bucket_refilled_at(now))))
 
     def bucket_held(self, now: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
         """The settings row's milli-tokens at ``now``, refilled in SQL as ``Control.tokens_at``

@@ -164,11 +164,8 @@ class MSSQLQueueDao(QueueDao):
         return self.claim_returning(conn, pkind, now_ms, limit, lock, until_ms, where, actor,
                                     lambda r: ClaimedRow(r[0], r[1], bytes(r[2]), *r[3:]))
 
-    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                 where: Sequence[str]) -> Sequence[Sequence]:
-        return conn.execute(self.lock_rows(self.select_due(pkind, now_ms, limit, where),
-                                           self.table, skip=True),
-                            {"b_kind": pkind, "b_now": now_ms}).fetchall()
+    def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
+        return self.lock_rows(super().build_select_due(where), self.table, skip=True)
 
     def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:
         # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): table hints lock

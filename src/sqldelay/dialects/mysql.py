@@ -86,8 +86,7 @@ class MySQLQueueDao(QueueDao):
         if missing := self.absent_rows(conn, table, pkind, rows):
             conn.execute(sa.insert(table).prefix_with("IGNORE"), missing)
 
-    def select_due(self, pkind: str, now_ms: int, limit: int,
-                   where: Sequence[str] = ()) -> sa.Select:
+    def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
         # A locking read locks every row it examines, and on a table without statistics
         # (a new one, a small queue) the optimizer may take the due index and sort: the
         # claim then locks every due message of the queue while it takes ``limit``, and a
@@ -97,7 +96,7 @@ class MySQLQueueDao(QueueDao):
         # A grouped queue's ungrouped messages are read from the group index, which holds
         # them together (group NULL): a locking read walking the claim index for them would
         # lock every grouped message it passed, to the end of the claim
-        stmt = super().select_due(pkind, now_ms, limit, where)
+        stmt = super().build_select_due(where)
         index = self.group_index if "ungrouped" in where else self.claim_index
         return stmt.with_hint(self.table, f"FORCE INDEX ({index})")
 
