@@ -202,7 +202,7 @@ def _plans(bench: Bench, queue, variant: str) -> dict:
         return out
     values = {"b_kind": queue.pkind, "b_now": now, "b_limit": bench.batch}
     groups = [f"g{i}" for i in range(bench.batch)]
-    stmt, params = dao.heads_plan(queue.pkind, groups, now, bench.batch)
+    stmt, params = dao.heads_plan(bench.engine.dialect, queue.pkind, groups, now, bench.batch)
     heads = explain(bench.engine, stmt, {**values, **params}, t)
     ungrouped = explain(bench.engine, due_statement(queue, ("ungrouped",)), values, t)
     return {"group heads": {"plan": heads.text, "as_expected":

@@ -426,17 +426,17 @@ class FlowControl:
             self._group_statements["lock"],
             {"b_kind": pkind, "names": list(names), "b_now": now_ms})]
 
-    def heads_plan(self, pkind: str, groups: Sequence[str], now_ms: int,
+    def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
-        """The statement a grouped claim reads the heads of ``groups`` with, and its
-        parameters, to show its plan (``benchmarks``' flow_plans)."""
+        """The statement a grouped claim through ``dialect`` reads the heads of ``groups``
+        with, and its parameters (``read_heads``; shown by ``benchmarks``' flow_plans)."""
         return self._group_heads, {"b_kind": pkind, "names": list(groups), "b_now": now_ms}
 
     def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
                    now_ms: int) -> Sequence[Sequence]:
         """The first due message of each of ``groups`` (locked by this claim), locked."""
-        return conn.execute(self._group_heads, {"b_kind": pkind, "names": list(groups),
-                                                "b_now": now_ms}).fetchall()
+        stmt, values = self.heads_plan(conn.dialect, pkind, groups, now_ms, len(groups))
+        return conn.execute(stmt, values).fetchall()
 
     @functools.cached_property
     def _group_heads(self) -> sa.Select:

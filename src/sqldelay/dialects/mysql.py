@@ -100,8 +100,8 @@ class MySQLQueueDao(QueueDao):
         index = self.group_index if "ungrouped" in where else self.claim_index
         return stmt.with_hint(self.table, f"FORCE INDEX ({index})")
 
-    def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
-                   now_ms: int) -> Sequence[Sequence]:
+    def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
+                   limit: int) -> tuple[sa.Executable, dict]:
         # On a MariaDB server (whatever the URL calls it), ``_heads_by_id``. The portable form
         # (the heads' ids from an IN subquery over the groups' rows) was planned on tables
         # without statistics as a read of the whole queue, whose every row InnoDB keeps
@@ -110,11 +110,10 @@ class MySQLQueueDao(QueueDao):
         # group joined by UNION ALL, the form before this one, took 8 ms for 100 groups in a
         # drain by one consumer (a statement of a hundred parts, parsed each time); this one
         # 2.5 ms. MySQL keeps the portable form: neither was tried there (no MySQL server).
-        if not conn.dialect.is_mariadb:
-            return super().read_heads(conn, pkind, groups, now_ms)
-        return conn.execute(self._heads_by_id, {"b_kind": pkind, "b_now": now_ms,
-                                                "names": list(groups),
-                                                "count": len(groups)}).fetchall()
+        if not dialect.is_mariadb:
+            return super().heads_plan(dialect, pkind, groups, now_ms, limit)
+        return self._heads_by_id, {"b_kind": pkind, "b_now": now_ms, "names": list(groups),
+                                   "count": len(groups)}
 
     @functools.cached_property
     def _heads_by_id(self) -> sa.Select:

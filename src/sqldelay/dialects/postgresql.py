@@ -352,7 +352,7 @@ class PostgresQueueDao(QueueDao):
         return in_claim_order(ClaimedRow(*r) for r in
                               conn.execute(self._heads_claim(actor is not None), values))
 
-    def heads_plan(self, pkind: str, groups: Sequence[str], now_ms: int,
+    def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
         # the heads are read by the statement that claims them and marks their groups
         return self._heads_claim(False), {
