@@ -119,7 +119,8 @@ class MySQLQueueDao(QueueDao):
     def _heads_by_id(self) -> sa.Select:
         """The heads of the groups listed by ``names`` (``count`` of them): their ids found
         without locks, one walk of the group index per group, in a derived table (its LIMIT
-        keeps it one: merged, the ids would be compared row by row with the whole queue), then
+        keeps the server from merging it into the outer read, which would compare the ids
+        row by row with the whole queue), then
         the messages read and locked by primary key, the only rows the claim locks. The ids
         come from the transaction's snapshot, the locking read sees each message as committed
         now: one acked, put off or moved to another group since is left out, and its group
