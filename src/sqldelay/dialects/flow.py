@@ -444,14 +444,22 @@ class FlowControl:
         the group's order, locked, as ``_claim_columns``: one walk of the group index per
         group, however many messages wait behind the head."""
         t, g = self.table, self.groups
-        head = (sa.select(t.c.id)
-                .where(t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key,
-                       t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger))
-                .order_by(*group_order(t)).limit(1).correlate(g).scalar_subquery())
-        heads = sa.select(head).where(g.c.pkind == sa.bindparam("b_kind"),
-                                      g.c.group_key.in_(sa.bindparam("names", expanding=True)))
+        heads = sa.select(self.group_head()).where(
+            g.c.pkind == sa.bindparam("b_kind"),
+            g.c.group_key.in_(sa.bindparam("names", expanding=True)))
         return self.lock_rows(sa.select(*self._claim_columns).where(t.c.id.in_(heads)), t,
                               skip=False)
+
+    def group_head(self, index: str | None = None) -> sa.ScalarSelect:
+        """The id of the first due message (at b_now) of the outer query's group row, in the
+        group's order: one walk of the group index, through the queue's ``index`` where
+        named (``probe``)."""
+        t, g = self.table, self.groups
+        return self.probe(
+            sa.select(t.c.id)
+            .where(t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key,
+                   t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger))
+            .order_by(*group_order(t)).limit(1), index).correlate(g).scalar_subquery()
 
     # ---- groups after the claim: freed, extended, dropped when empty ----------------------
 

@@ -16,7 +16,6 @@ from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueKey, QueuePayload, QueueText
 from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao
-from .flow import group_order
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
 # read from the server once
@@ -127,11 +126,7 @@ class MySQLQueueDao(QueueDao):
         waits for the next claim."""
         t, g = self.table, self.groups
         now = sa.bindparam("b_now", type_=sa.BigInteger)
-        head = (sa.select(t.c.id).with_hint(t, f"FORCE INDEX ({self.group_index})")
-                .where(t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key,
-                       t.c.scheduled_at <= now)
-                .order_by(*group_order(t)).limit(1).correlate(g).scalar_subquery())
-        ids = (sa.select(head.label("id"), g.c.group_key)
+        ids = (sa.select(self.group_head(self.group_index).label("id"), g.c.group_key)
                .where(g.c.pkind == sa.bindparam("b_kind"),
                       g.c.group_key.in_(sa.bindparam("names", expanding=True)))
                .limit(sa.bindparam("count", type_=sa.Integer)).subquery("heads"))

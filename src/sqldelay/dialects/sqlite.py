@@ -16,7 +16,6 @@ from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueId
 from .base import Advice, QueueDao
-from .flow import claim_order
 
 _BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _SQLITE_ERROR = 1
@@ -79,15 +78,8 @@ class SQLiteQueueDao(QueueDao):
         million-row sort per claim. Core cannot say INDEXED BY, so it goes into the SQL,
         compiled once per set of claim conditions."""
         if where not in self._dues:
-            t = self.table
-            stmt = (sa.select(*self._claim_columns)
-                    .where(t.c.pkind == sa.bindparam("b_kind"),
-                           t.c.scheduled_at <= sa.bindparam("b_now"),
-                           *self.due_conditions(where))
-                    .order_by(*claim_order(t))
-                    .limit(sa.bindparam("b_limit")))
-            compiled = stmt.compile(dialect=sqlite.dialect(paramstyle="named"))
-            name = sqlite.dialect().identifier_preparer.format_table(t)
+            compiled = self.select_due(where).compile(dialect=sqlite.dialect(paramstyle="named"))
+            name = sqlite.dialect().identifier_preparer.format_table(self.table)
             sql = compiled.string.replace(f"FROM {name} ",
                                           f"FROM {name} INDEXED BY {self.claim_index} ", 1)
             self._dues[where] = (sql, {k: v for k, v in compiled.params.items()
