@@ -139,9 +139,9 @@ class DeadLettersBase:
         def op(conn: sa.Connection) -> int:
             moved = 0
             for chunk in chunked(sorted(ids), self.dao.in_list_max):
-                rows = conn.execute(self.dao.lock_rows(
+                rows = conn.execute(self.dao.by_id(self.dao.lock_rows(
                     sa.select(t).where(t.c.id.in_(chunk)).order_by(t.c.id), t,
-                    skip=False)).fetchall()
+                    skip=False), t)).fetchall()
                 for row in rows:
                     offer = OfferRow(row.pkey, bytes(row.payload), due, True, row.priority,
                                      row.group_key)
@@ -149,7 +149,7 @@ class DeadLettersBase:
                         self.dao.write_settings(conn, row.pkind, has_groups=1)
                     # wakes workers if due; the message keeps who first offered it
                     self.dao.offer(conn, row.pkind, [offer], now, row.enqueued_by)
-                conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
+                conn.execute(self.dao.delete_by_id(t, t.c.id.in_([r.id for r in rows])))
                 self._record(conn, EventKind.REQUEUED, rows, actor,
                              f"due {from_ms(due).isoformat()}")
                 moved += len(rows)
@@ -168,10 +168,11 @@ class DeadLettersBase:
             dropped = 0
             for chunk in chunked(ids, self.dao.in_list_max):
                 if self.recorder is not None:  # the keys of the letters, for their events
-                    self._record(conn, EventKind.DROPPED, conn.execute(self.dao.lock_rows(
-                        sa.select(t.c.pkind, t.c.pkey).where(t.c.id.in_(chunk)), t,
-                        skip=False)).all(), actor, "dead letter dropped")
-                dropped += conn.execute(sa.delete(t).where(t.c.id.in_(chunk))).rowcount
+                    self._record(conn, EventKind.DROPPED, conn.execute(self.dao.by_id(
+                        self.dao.lock_rows(sa.select(t.c.pkind, t.c.pkey)
+                                           .where(t.c.id.in_(chunk)), t, skip=False),
+                        t)).all(), actor, "dead letter dropped")
+                dropped += conn.execute(self.dao.delete_by_id(t, t.c.id.in_(chunk))).rowcount
             return dropped
 
         return op

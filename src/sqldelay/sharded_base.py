@@ -327,7 +327,8 @@ def delete_ids_op(queue: Any, ids: Sequence[int]) -> Callable[[sa.Connection], N
 
     def op(conn: sa.Connection) -> None:
         for start in range(0, len(ids), queue.dao.in_list_max):
-            conn.execute(sa.delete(t).where(t.c.id.in_(ids[start:start + queue.dao.in_list_max])))
+            conn.execute(queue.dao.delete_by_id(
+                t, t.c.id.in_(ids[start:start + queue.dao.in_list_max])))
 
     return op
 

@@ -14,7 +14,7 @@ import enum
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import sqlalchemy as sa
 
@@ -102,6 +102,7 @@ class Advice:
 
 # the row number's place in the parameter names of a one-row INSERT used as a template
 _ROW = "rowno"
+_ById = TypeVar("_ById", sa.Select, sa.Update)
 
 
 class QueueDao(FlowControl):
@@ -149,11 +150,10 @@ class QueueDao(FlowControl):
                                t.c.claimed_by, t.c.trace_context)
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
                                        t.c.lock_uuid == sa.bindparam("lock"))
-        self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
-                                            self.ids_listed())
+        self._ack_many = self.delete_by_id(t, t.c.lock_uuid == sa.bindparam("lock"),
+                                           self.ids_listed())
         self._init_flow()
-        mark = (sa.update(t)
-                .where(self.ids_listed())
+        mark = (self.by_id(sa.update(t).where(self.ids_listed()), t)
                 .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
                         deliveries=t.c.deliveries + 1))
         # by whether the claim names its holder (queues that keep history)
@@ -163,6 +163,22 @@ class QueueDao(FlowControl):
     def ids_listed(self) -> sa.ColumnElement[bool]:
         """The messages whose ids the parameter ``ids`` lists (acks, claim marks)."""
         return self.table.c.id.in_(sa.bindparam("ids", expanding=True))
+
+    # ---- statements on rows named by id --------------------------------------------------
+
+    def by_id(self, stmt: _ById, table: sa.Table) -> _ById:
+        """``stmt``, a read or an update of rows of ``table`` named by id (a list of them,
+        with any other condition), reaching them through the primary key whatever the
+        planner makes of the table's size (MySQL: see ``delete_by_id``)."""
+        return stmt
+
+    def delete_by_id(self, table: sa.Table, *where: sa.ColumnElement[bool]) -> sa.Delete:
+        """A DELETE of the rows of ``table`` meeting ``where``, which names them by id, that
+        reaches them through the primary key (as ``by_id``)."""
+        return sa.delete(table).where(*where)
+
+    # ``delete_by_id``'s statement can return what it deleted (where ``delete_returning``)
+    returning_by_id: ClassVar[bool] = True
 
     # ---- database settings ---------------------------------------------------------------
 
@@ -514,24 +530,27 @@ class QueueDao(FlowControl):
     # DELETE … RETURNING (SQL Server: OUTPUT) tells which rows went, in the one statement
     delete_returning: ClassVar[bool] = False
 
-    def delete_which(self, conn: sa.Connection, *where: sa.ColumnElement[bool]) -> list[str]:
-        """Delete the messages meeting ``where`` and return their keys (for their history
-        events): one DELETE … RETURNING, or where there is none, a locking read of them and
-        their deletion by id, so what is returned is exactly what went."""
+    def delete_which(self, conn: sa.Connection, *where: sa.ColumnElement[bool],
+                     by_id: bool = False) -> list[str]:
+        """Delete the messages meeting ``where`` (``by_id``: which names them by id) and
+        return their keys (for their history events): one DELETE … RETURNING, or where there
+        is none, a locking read of them and their deletion by id, so what is returned is
+        exactly what went."""
         t = self.table
-        if self.delete_returning:
+        if self.delete_returning and (self.returning_by_id or not by_id):
             return list(conn.execute(sa.delete(t).where(*where).returning(t.c.pkey)).scalars())
-        rows = conn.execute(self.lock_rows(sa.select(t.c.id, t.c.pkey).where(*where), t,
-                                           skip=False)).all()
+        read = self.lock_rows(sa.select(t.c.id, t.c.pkey).where(*where), t, skip=False)
+        rows = conn.execute(self.by_id(read, t) if by_id else read).all()
         for chunk in chunked([r.id for r in rows], self.in_list_max):
-            conn.execute(sa.delete(t).where(t.c.id.in_(chunk)))
+            conn.execute(self.delete_by_id(t, t.c.id.in_(chunk)))
         return [r.pkey for r in rows]
 
     def ack_many_which(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> set[str]:
         """``ack_many`` that says which messages (by key) were deleted."""
         t = self.table
         return {key for chunk in chunked(ids, self.in_list_max)
-                for key in self.delete_which(conn, t.c.lock_uuid == lock, t.c.id.in_(chunk))}
+                for key in self.delete_which(conn, t.c.lock_uuid == lock, t.c.id.in_(chunk),
+                                             by_id=True)}
 
     def move_locked(self, row_id: int, lock: str, scheduled_at: int,
                     keep_lock: bool) -> sa.Update:
@@ -568,7 +587,7 @@ class QueueDao(FlowControl):
             sa.select(t.c.id, t.c.pkey).where(t.c.pkind == pkind).order_by(t.c.id)
             .limit(self.in_list_max), t, skip=False)).all()
         if rows:
-            conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
+            conn.execute(self.delete_by_id(t, t.c.id.in_([r.id for r in rows])))
         return [r.pkey for r in rows]
 
     def store_trace_context(self, conn: sa.Connection, pkind: str, keys: Sequence[str],
