@@ -47,13 +47,12 @@ class Executor:
         )
 
     def run(self, op: Callable[[sa.Connection], T], *, write: bool,
-            connection: Connection | None = None, one_statement: bool = False,
-            offer: bool = False) -> T:
+            connection: Connection | None = None, one_statement: bool = False) -> T:
         """Run ``op`` in a transaction of its own, or in ``connection``'s. ``one_statement``
         says ``op`` sends a single statement, which is atomic alone: where the dialect gains
-        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips.
-        ``offer`` says ``op`` offers messages, which some databases do at another isolation
-        level (``QueueDao.begin_offer``); the caller's own transaction keeps its level."""
+        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips. A
+        transaction of its own that writes may run at another isolation level than the
+        connection's (``QueueDao.begin_write``); the caller's own keeps its level."""
         try:
             if connection is not None:
                 check_connection(connection)
@@ -61,7 +60,7 @@ class Executor:
             if one_statement and self._autocommit is not None:
                 attempt = partial(self._alone, op)
             else:
-                attempt = partial(self._once, op, write, offer)
+                attempt = partial(self._once, op, write)
             try:
                 return attempt()
             except sa.exc.DBAPIError as exc:
@@ -80,14 +79,12 @@ class Executor:
                 ) from exc
             raise
 
-    def _once(self, op: Callable[[sa.Connection], T], write: bool, offer: bool) -> T:
+    def _once(self, op: Callable[[sa.Connection], T], write: bool) -> T:
         with self.engine.connect() as conn:
-            return run_op(conn, partial(self._transaction, op, write, offer))
+            return run_op(conn, partial(self._transaction, op, write))
 
-    def _transaction(self, op: Callable[[sa.Connection], T], write: bool, offer: bool,
+    def _transaction(self, op: Callable[[sa.Connection], T], write: bool,
                      conn: sa.Connection) -> T:
-        if offer:
-            self.dao.begin_offer(conn)
         if write:
             self.dao.begin_write(conn)
         result = op(conn)

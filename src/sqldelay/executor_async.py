@@ -51,13 +51,12 @@ class AsyncExecutor:
         )
 
     async def run(self, op: Callable[[sa.Connection], T], *, write: bool,
-                  connection: AsyncConnection | None = None, one_statement: bool = False,
-                  offer: bool = False) -> T:
+                  connection: AsyncConnection | None = None, one_statement: bool = False) -> T:
         """Run ``op`` in a transaction of its own, or in ``connection``'s. ``one_statement``
         says ``op`` sends a single statement, which is atomic alone: where the dialect gains
-        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips.
-        ``offer`` says ``op`` offers messages, which some databases do at another isolation
-        level (``QueueDao.begin_offer``); the caller's own transaction keeps its level."""
+        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips. A
+        transaction of its own that writes may run at another isolation level than the
+        connection's (``QueueDao.begin_write``); the caller's own keeps its level."""
         try:
             if connection is not None:
                 check_connection(connection)
@@ -65,7 +64,7 @@ class AsyncExecutor:
             if one_statement and self._autocommit is not None:
                 attempt = partial(self._alone, op)
             else:
-                attempt = partial(self._once, op, write, offer)
+                attempt = partial(self._once, op, write)
             try:
                 return await attempt()
             except sa.exc.DBAPIError as exc:
@@ -84,14 +83,12 @@ class AsyncExecutor:
                 ) from exc
             raise
 
-    async def _once(self, op: Callable[[sa.Connection], T], write: bool, offer: bool) -> T:
+    async def _once(self, op: Callable[[sa.Connection], T], write: bool) -> T:
         async with self.engine.connect() as conn:
-            return await run_op(conn, partial(self._transaction, op, write, offer))
+            return await run_op(conn, partial(self._transaction, op, write))
 
-    def _transaction(self, op: Callable[[sa.Connection], T], write: bool, offer: bool,
+    def _transaction(self, op: Callable[[sa.Connection], T], write: bool,
                      conn: sa.Connection) -> T:
-        if offer:
-            self.dao.begin_offer(conn)
         if write:
             self.dao.begin_write(conn)
         result = op(conn)

@@ -102,7 +102,7 @@ class AsyncDelayedQueue(QueueBase):
         if plan is None:
             return []
         outcomes = await self.executor.run(plan.op, write=True, connection=connection,
-                                           one_statement=plan.one_statement, offer=True)
+                                           one_statement=plan.one_statement)
         if connection is None:  # committed (in the caller's transaction: maybe not)
             self.offered(plan, outcomes)
         self.events.emit("offered", self.name, outcomes)

@@ -9,10 +9,13 @@ Server only where their container can start (conftest.py).
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, create_schema, drop_schema
 
@@ -83,3 +86,74 @@ def test_an_ack_waits_for_no_other_consumer_in_a_new_small_table(engine):
     finally:
         drop_schema(engine, table_name=name)
 
+
+class _PauseAfterRead:
+    """A Connection that, once the claim's first statement (its locking read) has run, says
+    so through ``read`` and waits at ``barrier``: two claims then hold what their reads locked
+    at the same time when they mark their messages."""
+
+    def __init__(self, conn: sa.Connection, read: threading.Event,
+                 barrier: threading.Barrier) -> None:
+        self._conn, self._read, self._barrier, self._paused = conn, read, barrier, False
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def execute(self, statement, *args, **kwargs):
+        result = self._conn.execute(statement, *args, **kwargs)
+        if not self._paused:
+            self._paused = True
+            result = result.freeze()
+            self._read.set()
+            self._barrier.wait()
+            return result()
+        return result
+
+
+def test_two_claims_of_a_near_empty_queue_do_not_deadlock(engine):
+    # Each claim finds fewer due messages than it wants, so its read reaches the end of the
+    # claim index; at InnoDB's REPEATABLE READ it then locks the gap there, and marking its
+    # messages moves their entries into that gap (their due time becomes the lock's
+    # expiry): each claim waits for the other's gap lock, deadlock 1213. The claims here run
+    # in transactions as sqldelay opens them (``begin_write``), where nothing is retried.
+    dao = DelayedQueue(engine, "probe").dao
+    if not dao.skip_locked:
+        pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
+    name = unique_name("sqd_small")
+    create_schema(engine, table_name=name)
+    try:
+        queue = DelayedQueue(engine, "small", table_name=name)
+        queue.offer_many([Message("m0", 0), Message("m1", 1)])
+        now = int(time.time() * 1000) + 1000
+        barrier = threading.Barrier(2, timeout=30)
+        taken: list[str] = []
+        errors: list[BaseException] = []
+
+        def claim(read: threading.Event) -> None:
+            with engine.connect() as conn:
+                try:
+                    queue.dao.begin_write(conn)
+                    rows = queue.dao.claim(_PauseAfterRead(conn, read, barrier), queue.pkind,
+                                           now, 5, f"lock-{id(read)}", now + 60_000)
+                    conn.commit()
+                    taken.extend(r.key for r in rows)
+                except BaseException as exc:
+                    errors.append(exc)
+                    conn.rollback()
+
+        with engine.connect() as holder:
+            # m0 is held elsewhere while the first claim reads: it takes m1 alone
+            assert [e.key for e in queue.poll_many(1, connection=holder)] == ["m0"]
+            first_read, second_read = threading.Event(), threading.Event()
+            first = threading.Thread(target=claim, args=(first_read,))
+            first.start()
+            assert first_read.wait(30)
+            holder.rollback()  # m0 is due again: the second claim takes it
+        second = threading.Thread(target=claim, args=(second_read,))
+        second.start()
+        for t in (first, second):
+            t.join()
+        assert errors == []
+        assert sorted(taken) == ["m0", "m1"]
+    finally:
+        drop_schema(engine, table_name=name)

@@ -212,9 +212,6 @@ class QueueDao(FlowControl):
     def begin_write(self, conn: sa.Connection) -> None:
         """Called first in every transaction sqldelay opens to write."""
 
-    def begin_offer(self, conn: sa.Connection) -> None:
-        """Called before ``begin_write`` in the transactions sqldelay opens to offer."""
-
     # the driver's error codes (as ``error_code`` reads them) for each kind of error
     duplicate_key_codes: ClassVar[frozenset] = frozenset()
     transient_codes: ClassVar[frozenset] = frozenset()

@@ -509,8 +509,8 @@ class FlowControl:
     def current_read(self, stmt: sa.Select) -> sa.Select:
         """``stmt`` reading what is committed now, not an earlier snapshot of the
         transaction (the in-flight count after waiting for the settings lock). Plain reads do
-        at READ COMMITTED, where PostgreSQL, SQL Server and Oracle run sqldelay's claims;
-        SQLite has one writer."""
+        at READ COMMITTED, the level of sqldelay's own claims (SQLite has one writer); a
+        claim in a caller's transaction runs at the caller's."""
         return stmt
 
     def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:

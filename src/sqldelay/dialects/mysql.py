@@ -89,25 +89,34 @@ class MySQLQueueDao(QueueDao):
     def delete_by_id(self, table: sa.Table, *where: sa.ColumnElement[bool]) -> sa.Delete:
         return _DeleteByPrimaryKey(table).where(*where).with_hint("FORCE INDEX (PRIMARY)")
 
-    def begin_offer(self, conn: sa.Connection) -> None:
-        # At InnoDB's default REPEATABLE READ, the offer's locking read of keys that do not
-        # exist yet takes gap locks, which do not conflict with each other; two producers of
-        # different new keys in one gap (ascending keys: order-1001, order-1002) then each
-        # wait for the other's gap lock to insert: deadlock 1213. READ COMMITTED takes no gap
-        # locks for these reads, and the offer needs no more: it locks the rows it compares,
-        # and a key inserted concurrently still meets the unique index (duplicate error, round
-        # again). SET TRANSACTION applies to the next transaction, which this one is.
+    def begin_write(self, conn: sa.Connection) -> None:
+        # sqldelay's own transactions that write run at READ COMMITTED, which takes no gap
+        # locks for reads. At InnoDB's default REPEATABLE READ:
+        # - an offer's locking read of keys that do not exist yet takes gap locks, which do
+        #   not conflict with each other; two producers of new keys in one gap (ascending
+        #   keys: order-1001, order-1002) then each wait for the other's to insert: 1213;
+        # - a claim that finds fewer due messages than it wants locks the index record past
+        #   them, and the gap before it, where marking its messages (their due time moves to
+        #   the lock's expiry) inserts into the claim index: two claims of a near-empty queue
+        #   then each wait for the other's gap. 100 asyncio tasks producing and consuming
+        #   2,000 messages (tests/conformance/test_concurrency.py) retried 320-1,130
+        #   deadlocks a run, in 25-80 s; at READ COMMITTED 0 or 1, in 3-6 s.
+        # Neither needs more than READ COMMITTED: the offer locks the rows it compares (a key
+        # inserted concurrently still meets the unique index: duplicate error, round again),
+        # the claim the rows it takes. SET TRANSACTION applies to the next transaction, which
+        # this one is.
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
 
     def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
                       rows: list[dict]) -> None:
-        # The portable read-then-insert loops for ever here: at REPEATABLE READ the read
-        # after a duplicate-key error sees the transaction's first snapshot, without the row
-        # another one committed meanwhile. INSERT IGNORE skips existing keys instead (no
-        # prefix_with dialect filter: the "mariadb" dialect name would drop it). Only what a
-        # plain read does not find goes in: INSERT IGNORE takes a shared lock on each key it
-        # finds, and given every group of a claim it waited behind the concurrent claims
-        # holding any of them (10 ms an insert with four consumers, nine inserts a claim)
+        # The portable read-then-insert loops for ever in a caller's transaction at
+        # REPEATABLE READ: the read after a duplicate-key error sees the transaction's first
+        # snapshot, without the row another one committed meanwhile. INSERT IGNORE skips
+        # existing keys instead (no prefix_with dialect filter: the "mariadb" dialect name
+        # would drop it). Only what a plain read does not find goes in: INSERT IGNORE takes
+        # a shared lock on each key it finds, and given every group of a claim it waited
+        # behind the concurrent claims holding any of them (10 ms an insert with four
+        # consumers, nine inserts a claim)
         if missing := self.absent_rows(conn, table, pkind, rows):
             conn.execute(sa.insert(table).prefix_with("IGNORE"), missing)
 
@@ -145,9 +154,9 @@ class MySQLQueueDao(QueueDao):
         """The heads of the groups listed by ``names`` (``count`` of them): their ids found
         without locks, one walk of the group index per group, in a derived table (its LIMIT
         keeps the server from merging it into the outer read, which would compare the ids
-        row by row with the whole queue), then
-        the messages read and locked by primary key, the only rows the claim locks. The ids
-        come from the transaction's snapshot, the locking read sees each message as committed
+        row by row with the whole queue), then the messages read and locked by primary key,
+        the only rows the claim locks. The ids come from a snapshot (the statement's, or at
+        REPEATABLE READ the transaction's), the locking read sees each message as committed
         now: one acked, put off or moved to another group since is left out, and its group
         waits for the next claim."""
         t, g = self.table, self.groups
@@ -171,10 +180,11 @@ class MySQLQueueDao(QueueDao):
         return stmt if index is None else stmt.with_hint(self.table, f"FORCE INDEX ({index})")
 
     def current_read(self, stmt: sa.Select) -> sa.Select:
-        # Claims run at InnoDB's REPEATABLE READ, where a plain read sees the snapshot the
-        # transaction's first plain read took: counting in-flight messages after waiting for
-        # another claim's settings lock would miss what that claim took (the cap overrun).
-        # A locking read (shared) reads what is committed now.
+        # A claim in a caller's transaction runs at its level, by default InnoDB's REPEATABLE
+        # READ, where a plain read sees the snapshot the transaction's first plain read took:
+        # counting in-flight messages after waiting for another claim's settings lock would
+        # miss what that claim took (the cap overrun). A locking read (shared) reads what is
+        # committed now.
         return stmt.with_for_update(read=True)
 
     def payload_budget(self, conn: sa.Connection) -> PayloadBudget:
@@ -205,9 +215,10 @@ class MySQLQueueDao(QueueDao):
                 conn.rollback()
         if isolation is not None and isolation.upper().replace("-", " ") != "READ COMMITTED":
             out.append(Advice("transaction_isolation", isolation,
-                              "sqldelay's own offers run at READ COMMITTED; offers made in your "
-                              "transactions at this level can deadlock on InnoDB gap locks "
-                              "(producers of ascending keys): prefer READ COMMITTED there"))
+                              "sqldelay's own transactions run at READ COMMITTED; offers and "
+                              "claims made in your transactions at this level can deadlock on "
+                              "InnoDB gap locks (producers of ascending keys, claims of a "
+                              "near-empty queue): prefer READ COMMITTED there"))
         flush = str(conn.exec_driver_sql(
             "SELECT @@global.innodb_flush_log_at_trx_commit").scalar())
         if flush != "1":
