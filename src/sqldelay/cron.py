@@ -151,7 +151,7 @@ class CronService(CronServiceBase):
         are in input order: CREATED, or IGNORED for a tick already stored.
         """
         op = self.install_tick_op(config_hash, prefix, messages)
-        return self.queue.executor.run(op, write=True)
+        return self.queue.executor.run(op, write=True, read_committed=True)
 
     def uninstall_tick(self, config_hash: str, prefix: str) -> int:
         """Delete configuration ``config_hash``'s stored ticks but those a consumer holds."""

@@ -59,7 +59,7 @@ class DeadLetters(DeadLettersBase):
         attempt count; in one transaction. A key that was offered again meanwhile gets the
         dead letter's payload and due time. Returns how many went back."""
         return self.executor.run(self.requeue_op(ids, at, by), write=True,
-                                 connection=connection)
+                                 connection=connection, read_committed=True)
 
     def drop(self, ids: Sequence[int], *, by: str | None = None,
              connection: Connection | None = None) -> int:

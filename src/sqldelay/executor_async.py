@@ -51,12 +51,13 @@ class AsyncExecutor:
         )
 
     async def run(self, op: Callable[[sa.Connection], T], *, write: bool,
-                  connection: AsyncConnection | None = None, one_statement: bool = False) -> T:
+                  connection: AsyncConnection | None = None, one_statement: bool = False,
+                  read_committed: bool = False) -> T:
         """Run ``op`` in a transaction of its own, or in ``connection``'s. ``one_statement``
         says ``op`` sends a single statement, which is atomic alone: where the dialect gains
-        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips. A
-        transaction of its own that writes may run at another isolation level than the
-        connection's (``QueueDao.begin_write``); the caller's own keeps its level."""
+        by it, it then runs in autocommit, sparing the BEGIN and COMMIT round trips.
+        ``read_committed`` says the locking reads of ``op`` may pass the end of what they take
+        (``QueueDao.begin_read_committed``); the caller's own transaction keeps its level."""
         try:
             if connection is not None:
                 check_connection(connection)
@@ -64,7 +65,7 @@ class AsyncExecutor:
             if one_statement and self._autocommit is not None:
                 attempt = partial(self._alone, op)
             else:
-                attempt = partial(self._once, op, write)
+                attempt = partial(self._once, op, write, read_committed)
             try:
                 return await attempt()
             except sa.exc.DBAPIError as exc:
@@ -83,12 +84,15 @@ class AsyncExecutor:
                 ) from exc
             raise
 
-    async def _once(self, op: Callable[[sa.Connection], T], write: bool) -> T:
+    async def _once(self, op: Callable[[sa.Connection], T], write: bool,
+                    read_committed: bool) -> T:
         async with self.engine.connect() as conn:
-            return await run_op(conn, partial(self._transaction, op, write))
+            return await run_op(conn, partial(self._transaction, op, write, read_committed))
 
     def _transaction(self, op: Callable[[sa.Connection], T], write: bool,
-                     conn: sa.Connection) -> T:
+                     read_committed: bool, conn: sa.Connection) -> T:
+        if read_committed:
+            self.dao.begin_read_committed(conn)
         if write:
             self.dao.begin_write(conn)
         result = op(conn)

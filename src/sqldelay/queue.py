@@ -104,7 +104,8 @@ class DelayedQueue(QueueBase):
         if plan is None:
             return []
         outcomes = self.executor.run(plan.op, write=True, connection=connection,
-                                     one_statement=plan.one_statement)
+                                     one_statement=plan.one_statement,
+                                     read_committed=True)
         if connection is None:  # committed (in the caller's transaction: maybe not)
             self.offered(plan, outcomes)
         self.events.emit("offered", self.name, outcomes)
@@ -128,13 +129,16 @@ class DelayedQueue(QueueBase):
         with self.tracer.span(CLAIM, self.name, limit):
             try:
                 return self.executor.run(op, write=True, connection=connection,
-                                         one_statement=self.claim_alone)
+                                         one_statement=self.claim_alone,
+                                         read_committed=not self.backlog)
             except NeedsTransaction:  # a queue under flow control: claimed in a transaction
                 pass
             try:
-                return self.executor.run(op, write=True, connection=connection)
+                return self.executor.run(op, write=True, connection=connection,
+                                         read_committed=not self.backlog)
             except Raced:  # its rate-limit tokens spent by another claim: locked first
-                return self.executor.run(op, write=True, connection=connection)
+                return self.executor.run(op, write=True, connection=connection,
+                                         read_committed=not self.backlog)
 
     def ack(self, envelope: Envelope, *,
             connection: Connection | None = None) -> bool:

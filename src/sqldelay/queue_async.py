@@ -102,7 +102,8 @@ class AsyncDelayedQueue(QueueBase):
         if plan is None:
             return []
         outcomes = await self.executor.run(plan.op, write=True, connection=connection,
-                                           one_statement=plan.one_statement)
+                                           one_statement=plan.one_statement,
+                                           read_committed=True)
         if connection is None:  # committed (in the caller's transaction: maybe not)
             self.offered(plan, outcomes)
         self.events.emit("offered", self.name, outcomes)
@@ -126,13 +127,16 @@ class AsyncDelayedQueue(QueueBase):
         with self.tracer.span(CLAIM, self.name, limit):
             try:
                 return await self.executor.run(op, write=True, connection=connection,
-                                               one_statement=self.claim_alone)
+                                               one_statement=self.claim_alone,
+                                               read_committed=not self.backlog)
             except NeedsTransaction:  # a queue under flow control: claimed in a transaction
                 pass
             try:
-                return await self.executor.run(op, write=True, connection=connection)
+                return await self.executor.run(op, write=True, connection=connection,
+                                               read_committed=not self.backlog)
             except Raced:  # its rate-limit tokens spent by another claim: locked first
-                return await self.executor.run(op, write=True, connection=connection)
+                return await self.executor.run(op, write=True, connection=connection,
+                                               read_committed=not self.backlog)
 
     async def ack(self, envelope: Envelope, *,
                   connection: AsyncConnection | None = None) -> bool:

@@ -117,6 +117,9 @@ class QueueBase:
         # the flow control the last claim found (None: none): a hint of which claim the next
         # one tries first, never trusted for what it claims
         self.control: Control | None = None
+        # the last claim took all it asked for: the queue has a backlog, and the next claim
+        # needs no READ COMMITTED (``QueueDao.begin_read_committed``)
+        self.backlog = False
         # set once this object's offers have marked the queue as having groups
         self.groups_flagged = False
 
@@ -230,6 +233,7 @@ class QueueBase:
                 optimistic = False  # run again, the settings locked first
                 raise
             self.control = control
+            self.backlog = len(rows) == limit
             if self.recorder is not None:
                 self.recorder.write(conn, self._claim_events(rows, now, until, actor))
             return [self._envelope(r, lock, until, actor) for r in rows]

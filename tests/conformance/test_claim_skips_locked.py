@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqldelay import DelayedQueue, Message, create_schema, drop_schema
 
 from ..conftest import unique_name
+from .test_history import Statements
 
 
 def test_claim_returns_due_rows_behind_rows_locked_elsewhere(make_queue, engine, clock):
@@ -115,7 +116,7 @@ def test_two_claims_of_a_near_empty_queue_do_not_deadlock(engine):
     # claim index; at InnoDB's REPEATABLE READ it then locks the gap there, and marking its
     # messages moves their entries into that gap (their due time becomes the lock's
     # expiry): each claim waits for the other's gap lock, deadlock 1213. The claims here run
-    # in transactions as sqldelay opens them (``begin_write``), where nothing is retried.
+    # in transactions as sqldelay opens them for a queue without a backlog, but not retried.
     dao = DelayedQueue(engine, "probe").dao
     if not dao.skip_locked:
         pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
@@ -132,6 +133,7 @@ def test_two_claims_of_a_near_empty_queue_do_not_deadlock(engine):
         def claim(read: threading.Event) -> None:
             with engine.connect() as conn:
                 try:
+                    queue.dao.begin_read_committed(conn)
                     queue.dao.begin_write(conn)
                     rows = queue.dao.claim(_PauseAfterRead(conn, read, barrier), queue.pkind,
                                            now, 5, f"lock-{id(read)}", now + 60_000)
@@ -157,3 +159,19 @@ def test_two_claims_of_a_near_empty_queue_do_not_deadlock(engine):
         assert sorted(taken) == ["m0", "m1"]
     finally:
         drop_schema(engine, table_name=name)
+
+
+def test_claims_run_at_read_committed_unless_the_queue_has_a_backlog(engine, table_name):
+    # what the test above needs of sqldelay's own claims on MySQL and MariaDB; a claim after
+    # one that took all it asked for stops at its LIMIT, short of the gap, and keeps the
+    # default level, where InnoDB's locking reads are cheaper
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        pytest.skip(f"{engine.dialect.name} runs every claim at its default level")
+    queue = DelayedQueue(engine, unique_name("q"), table_name=table_name)
+    queue.offer_many([Message(f"m{i}", i) for i in range(25)])
+    levels = []
+    for want in (10, 10, 10, 10):  # 10 (none before), 10 (backlog), 5 (backlog), 0
+        with Statements(engine) as claim:
+            queue.poll_many(want)
+        levels.append(claim.sent[0] == "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    assert levels == [True, False, False, True]

@@ -69,6 +69,7 @@ def test_producers_of_new_keys_in_one_index_gap_do_not_deadlock(one_queue, engin
     def produce(key: str) -> None:
         with engine.connect() as conn:
             try:
+                one_queue.dao.begin_read_committed(conn)
                 one_queue.dao.begin_write(conn)
                 outcomes.append(one_queue.dao.offer(
                     _PauseAfterFirstStatement(conn, barrier), one_queue.pkind,
@@ -102,7 +103,7 @@ def test_overlapping_batches_in_opposite_orders_do_not_deadlock(one_queue, engin
         batch = [Message(k, {"round": n, "by": keys[0]}) for k in keys]
         with engine.connect() as conn:
             try:
-                one_queue.dao.begin_write(conn)
+                one_queue.dao.begin_read_committed(conn)
                 start.wait()
                 one_queue.offer_many(batch, connection=conn)
                 conn.commit()

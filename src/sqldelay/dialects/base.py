@@ -212,6 +212,12 @@ class QueueDao(FlowControl):
     def begin_write(self, conn: sa.Connection) -> None:
         """Called first in every transaction sqldelay opens to write."""
 
+    def begin_read_committed(self, conn: sa.Connection) -> None:
+        """Called before ``begin_write`` in the transactions sqldelay opens whose locking
+        reads may pass the end of what they take (offers of new keys, claims that may find
+        fewer messages than they want): where the database's default level locks the gaps
+        there and deadlocks on them (MySQL's REPEATABLE READ), READ COMMITTED."""
+
     # the driver's error codes (as ``error_code`` reads them) for each kind of error
     duplicate_key_codes: ClassVar[frozenset] = frozenset()
     transient_codes: ClassVar[frozenset] = frozenset()
