@@ -39,53 +39,51 @@ def test_claim_returns_due_rows_behind_rows_locked_elsewhere(make_queue, engine,
     assert [e.key for e in queue.poll_many(5)] == ["k0", "k1", "k4"]
 
 
-def test_a_claim_locks_only_what_it_takes_in_a_new_small_table(engine):
+@pytest.fixture
+def fresh_queue(engine):
+    """A queue in a new table of its own (no statistics yet, nothing of other tests), where
+    rows can be locked one by one."""
+    if not DelayedQueue(engine, "probe").dao.skip_locked:
+        pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
+    name = unique_name("sqd_small")
+    create_schema(engine, table_name=name)
+    yield DelayedQueue(engine, "small", table_name=name)
+    drop_schema(engine, table_name=name)
+
+
+def test_a_claim_locks_only_what_it_takes_in_a_new_small_table(fresh_queue, engine):
     # A locking read locks every row it examines: a plan that reads all due messages and
     # sorts them (what MariaDB chose for a table without statistics) would lock all of them,
     # and the second of two concurrent claims would find nothing while 30 messages wait.
-    if not DelayedQueue(engine, "probe").dao.skip_locked:
-        pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
-    name = unique_name("sqd_small")
-    create_schema(engine, table_name=name)
-    try:
-        queue = DelayedQueue(engine, "small", table_name=name)
-        queue.offer_many([Message(f"m{i}", i) for i in range(40)])
-        with engine.connect() as conn, conn.begin():
-            first = queue.poll_many(10, connection=conn)  # its transaction stays open
-            second = queue.poll_many(10)
-            assert len(first) == len(second) == 10
-            assert not {e.key for e in first} & {e.key for e in second}
-    finally:
-        drop_schema(engine, table_name=name)
+    queue = fresh_queue
+    queue.offer_many([Message(f"m{i}", i) for i in range(40)])
+    with engine.connect() as conn, conn.begin():
+        first = queue.poll_many(10, connection=conn)  # its transaction stays open
+        second = queue.poll_many(10)
+        assert len(first) == len(second) == 10
+        assert not {e.key for e in first} & {e.key for e in second}
 
 
-def test_an_ack_waits_for_no_other_consumer_in_a_new_small_table(engine):
+def test_an_ack_waits_for_no_other_consumer_in_a_new_small_table(fresh_queue, engine):
     # An ack deletes its messages by id. On a table this small MariaDB planned that DELETE as
     # a read of the whole table (cheaper, by its costs, than 25 lookups), and a DELETE waits
-    # for the lock of every row it reads: the ack then waited for every open claim, and under
-    # load acks and claims deadlocked (hundreds of 1213s in a run of the asyncio tasks' test).
-    if not DelayedQueue(engine, "probe").dao.skip_locked:
-        pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
-    name = unique_name("sqd_small")
-    create_schema(engine, table_name=name)
-    try:
-        queue = DelayedQueue(engine, "small", table_name=name)
-        queue.offer_many([Message(f"m{i}", i) for i in range(40)])
-        mine = queue.poll_many(25)
-        pool = ThreadPoolExecutor(1)
-        with engine.connect() as conn, conn.begin():
-            held = queue.poll_many(10, connection=conn)  # their locks kept while it is open
-            assert len(held) == 10
-            acking = pool.submit(queue.ack_many, mine)
-            try:
-                # an ack that waits for this transaction waits until it ends
-                assert acking.result(timeout=30) == 25
-            finally:
-                conn.rollback()
-                pool.shutdown()
-        assert queue.stats().due == 15
-    finally:
-        drop_schema(engine, table_name=name)
+    # for the lock of every row it reads: the ack waited for every open claim (under load,
+    # for seconds: acks of 25 caught reading 61 to 144 rows).
+    queue = fresh_queue
+    queue.offer_many([Message(f"m{i}", i) for i in range(40)])
+    mine = queue.poll_many(25)
+    pool = ThreadPoolExecutor(1)
+    with engine.connect() as conn, conn.begin():
+        held = queue.poll_many(10, connection=conn)  # their locks kept while it is open
+        assert len(held) == 10
+        acking = pool.submit(queue.ack_many, mine)
+        try:
+            # an ack that waits for this transaction waits until it ends
+            assert acking.result(timeout=30) == 25
+        finally:
+            conn.rollback()
+            pool.shutdown()
+    assert queue.stats().due == 15
 
 
 class _PauseAfterRead:
@@ -111,54 +109,46 @@ class _PauseAfterRead:
         return result
 
 
-def test_two_claims_of_a_near_empty_queue_do_not_deadlock(engine):
+def test_two_claims_of_a_near_empty_queue_do_not_deadlock(fresh_queue, engine):
     # Each claim finds fewer due messages than it wants, so its read reaches the end of the
     # claim index; at InnoDB's REPEATABLE READ it then locks the gap there, and marking its
     # messages moves their entries into that gap (their due time becomes the lock's
     # expiry): each claim waits for the other's gap lock, deadlock 1213. The claims here run
     # in transactions as sqldelay opens them for a queue without a backlog, but not retried.
-    dao = DelayedQueue(engine, "probe").dao
-    if not dao.skip_locked:
-        pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
-    name = unique_name("sqd_small")
-    create_schema(engine, table_name=name)
-    try:
-        queue = DelayedQueue(engine, "small", table_name=name)
-        queue.offer_many([Message("m0", 0), Message("m1", 1)])
-        now = int(time.time() * 1000) + 1000
-        barrier = threading.Barrier(2, timeout=30)
-        taken: list[str] = []
-        errors: list[BaseException] = []
+    queue = fresh_queue
+    queue.offer_many([Message("m0", 0), Message("m1", 1)])
+    now = int(time.time() * 1000) + 1000
+    barrier = threading.Barrier(2, timeout=30)
+    taken: list[str] = []
+    errors: list[BaseException] = []
 
-        def claim(read: threading.Event) -> None:
-            with engine.connect() as conn:
-                try:
-                    queue.dao.begin_read_committed(conn)
-                    queue.dao.begin_write(conn)
-                    rows = queue.dao.claim(_PauseAfterRead(conn, read, barrier), queue.pkind,
-                                           now, 5, f"lock-{id(read)}", now + 60_000)
-                    conn.commit()
-                    taken.extend(r.key for r in rows)
-                except BaseException as exc:
-                    errors.append(exc)
-                    conn.rollback()
+    def claim(read: threading.Event) -> None:
+        with engine.connect() as conn:
+            try:
+                queue.dao.begin_read_committed(conn)
+                queue.dao.begin_write(conn)
+                rows = queue.dao.claim(_PauseAfterRead(conn, read, barrier), queue.pkind,
+                                       now, 5, f"lock-{id(read)}", now + 60_000)
+                conn.commit()
+                taken.extend(r.key for r in rows)
+            except BaseException as exc:
+                errors.append(exc)
+                conn.rollback()
 
-        with engine.connect() as holder:
-            # m0 is held elsewhere while the first claim reads: it takes m1 alone
-            assert [e.key for e in queue.poll_many(1, connection=holder)] == ["m0"]
-            first_read, second_read = threading.Event(), threading.Event()
-            first = threading.Thread(target=claim, args=(first_read,))
-            first.start()
-            assert first_read.wait(30)
-            holder.rollback()  # m0 is due again: the second claim takes it
-        second = threading.Thread(target=claim, args=(second_read,))
-        second.start()
-        for t in (first, second):
-            t.join()
-        assert errors == []
-        assert sorted(taken) == ["m0", "m1"]
-    finally:
-        drop_schema(engine, table_name=name)
+    with engine.connect() as holder:
+        # m0 is held elsewhere while the first claim reads: it takes m1 alone
+        assert [e.key for e in queue.poll_many(1, connection=holder)] == ["m0"]
+        first_read, second_read = threading.Event(), threading.Event()
+        first = threading.Thread(target=claim, args=(first_read,))
+        first.start()
+        assert first_read.wait(30)
+        holder.rollback()  # m0 is due again: the second claim takes it
+    second = threading.Thread(target=claim, args=(second_read,))
+    second.start()
+    for t in (first, second):
+        t.join()
+    assert errors == []
+    assert sorted(taken) == ["m0", "m1"]
 
 
 def test_claims_run_at_read_committed_unless_the_queue_has_a_backlog(engine, table_name):
