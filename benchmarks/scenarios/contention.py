@@ -4,8 +4,9 @@ Keys such as ``order-1001``, ``order-1002``, … handed out by one counter land 
 of the key index. Under InnoDB's REPEATABLE READ the offer's locking read of an absent key takes
 a gap lock, and producers deadlock on each other's (error 1213, retried by sqldelay); offers run
 at READ COMMITTED now. This scenario measures both in the same run, in alternating rounds: the
-offer as it is, and the offer with the old isolation level (the MySQL dialect's ``begin_offer``
-switched off), with the deadlocks each one retried. Other databases take no gap locks here.
+offer as it is, and the offer with the old isolation level (the MySQL dialect's
+``begin_read_committed`` switched off), with the deadlocks each one retried. Other databases
+take no gap locks here.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def offer_new_keys(bench: Bench) -> None:
     def measure(subject: str) -> float:
         queue = bench.queue("offer_new_keys")
         if subject == BEFORE:
-            queue.dao.begin_offer = lambda conn: None  # this queue's own DAO instance only
+            queue.dao.begin_read_committed = lambda conn: None  # this queue's DAO instance only
 
         def work(_: int) -> None:
             for _ in range(messages // bench.producers):
