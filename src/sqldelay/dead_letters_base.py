@@ -141,7 +141,7 @@ class DeadLettersBase:
             for chunk in chunked(sorted(ids), self.dao.in_list_max):
                 rows = conn.execute(self.dao.by_id(self.dao.lock_rows(
                     sa.select(t).where(t.c.id.in_(chunk)).order_by(t.c.id), t,
-                    skip=False), t)).fetchall()
+                    skip=False), t, len(chunk))).fetchall()
                 for row in rows:
                     offer = OfferRow(row.pkey, bytes(row.payload), due, True, row.priority,
                                      row.group_key)
@@ -149,7 +149,7 @@ class DeadLettersBase:
                         self.dao.write_settings(conn, row.pkind, has_groups=1)
                     # wakes workers if due; the message keeps who first offered it
                     self.dao.offer(conn, row.pkind, [offer], now, row.enqueued_by)
-                conn.execute(self.dao.delete_by_id(t, t.c.id.in_([r.id for r in rows])))
+                conn.execute(self.dao.delete_by_id(t, len(rows), t.c.id.in_([r.id for r in rows])))
                 self._record(conn, EventKind.REQUEUED, rows, actor,
                              f"due {from_ms(due).isoformat()}")
                 moved += len(rows)
@@ -171,8 +171,9 @@ class DeadLettersBase:
                     self._record(conn, EventKind.DROPPED, conn.execute(self.dao.by_id(
                         self.dao.lock_rows(sa.select(t.c.pkind, t.c.pkey)
                                            .where(t.c.id.in_(chunk)), t, skip=False),
-                        t)).all(), actor, "dead letter dropped")
-                dropped += conn.execute(self.dao.delete_by_id(t, t.c.id.in_(chunk))).rowcount
+                        t, len(chunk))).all(), actor, "dead letter dropped")
+                dropped += conn.execute(
+                    self.dao.delete_by_id(t, len(chunk), t.c.id.in_(chunk))).rowcount
             return dropped
 
         return op

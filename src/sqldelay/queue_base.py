@@ -509,7 +509,7 @@ class QueueBase:
                 sa.select(t.c.id, t.c.pkey, t.c.lock_uuid, t.c.group_key, t.c.deliveries)
                 .where(*where), t, skip=False)).all()
             for chunk in chunked([r.id for r in rows], dao.in_list_max):
-                conn.execute(dao.by_id(sa.update(t).where(t.c.id.in_(chunk)), t)
+                conn.execute(dao.by_id(sa.update(t).where(t.c.id.in_(chunk)), t, len(chunk))
                              .values(lock_uuid=None, scheduled_at=now))
             for r in rows:
                 if r.group_key is not None:

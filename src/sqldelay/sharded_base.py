@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from .checks import check_key
 from .clock import duration_ms
 from .dialects import ErrorKind
+from .dialects.flow import chunked
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .messages import Envelope, Message, QueueStats
 from .worker_base import Rotation, is_outage
@@ -326,9 +327,8 @@ def delete_ids_op(queue: Any, ids: Sequence[int]) -> Callable[[sa.Connection], N
     t = queue.dao.table
 
     def op(conn: sa.Connection) -> None:
-        for start in range(0, len(ids), queue.dao.in_list_max):
-            conn.execute(queue.dao.delete_by_id(
-                t, t.c.id.in_(ids[start:start + queue.dao.in_list_max])))
+        for part in chunked(ids, queue.dao.in_list_max):
+            conn.execute(queue.dao.delete_by_id(t, len(part), t.c.id.in_(part)))
 
     return op
 

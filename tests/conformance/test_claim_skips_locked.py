@@ -40,22 +40,22 @@ def test_claim_returns_due_rows_behind_rows_locked_elsewhere(make_queue, engine,
 
 
 @pytest.fixture
-def fresh_queue(engine):
-    """A queue in a new table of its own (no statistics yet, nothing of other tests), where
-    rows can be locked one by one."""
+def fresh_table(engine):
+    """A new queue table of its own (no statistics yet, nothing of other tests), with its
+    history table, where rows can be locked one by one."""
     if not DelayedQueue(engine, "probe").dao.skip_locked:
         pytest.skip(f"{engine.dialect.name} locks the whole database for a write: no row locks")
     name = unique_name("sqd_small")
-    create_schema(engine, table_name=name)
-    yield DelayedQueue(engine, "small", table_name=name)
+    create_schema(engine, table_name=name, history=True)
+    yield name
     drop_schema(engine, table_name=name)
 
 
-def test_a_claim_locks_only_what_it_takes_in_a_new_small_table(fresh_queue, engine):
+def test_a_claim_locks_only_what_it_takes_in_a_new_small_table(fresh_table, engine):
     # A locking read locks every row it examines: a plan that reads all due messages and
     # sorts them (what MariaDB chose for a table without statistics) would lock all of them,
     # and the second of two concurrent claims would find nothing while 30 messages wait.
-    queue = fresh_queue
+    queue = DelayedQueue(engine, "small", table_name=fresh_table)
     queue.offer_many([Message(f"m{i}", i) for i in range(40)])
     with engine.connect() as conn, conn.begin():
         first = queue.poll_many(10, connection=conn)  # its transaction stays open
@@ -64,12 +64,14 @@ def test_a_claim_locks_only_what_it_takes_in_a_new_small_table(fresh_queue, engi
         assert not {e.key for e in first} & {e.key for e in second}
 
 
-def test_an_ack_waits_for_no_other_consumer_in_a_new_small_table(fresh_queue, engine):
+@pytest.mark.parametrize("history", [False, True], ids=["plain", "history"])
+def test_an_ack_waits_for_no_other_consumer_in_a_new_small_table(fresh_table, engine, history):
     # An ack deletes its messages by id. On a table this small MariaDB planned that DELETE as
     # a read of the whole table (cheaper, by its costs, than 25 lookups), and a DELETE waits
     # for the lock of every row it reads: the ack waited for every open claim (under load,
-    # for seconds: acks of 25 caught reading 61 to 144 rows).
-    queue = fresh_queue
+    # for seconds: acks of 25 caught reading 61 to 144 rows). A queue keeping history acks
+    # with another statement, which says what it deleted.
+    queue = DelayedQueue(engine, "small", table_name=fresh_table, history=history)
     queue.offer_many([Message(f"m{i}", i) for i in range(40)])
     mine = queue.poll_many(25)
     pool = ThreadPoolExecutor(1)
@@ -109,13 +111,13 @@ class _PauseAfterRead:
         return result
 
 
-def test_two_claims_of_a_near_empty_queue_do_not_deadlock(fresh_queue, engine):
+def test_two_claims_of_a_near_empty_queue_do_not_deadlock(fresh_table, engine):
     # Each claim finds fewer due messages than it wants, so its read reaches the end of the
     # claim index; at InnoDB's REPEATABLE READ it then locks the gap there, and marking its
     # messages moves their entries into that gap (their due time becomes the lock's
     # expiry): each claim waits for the other's gap lock, deadlock 1213. The claims here run
     # in transactions as sqldelay opens them for a queue without a backlog, but not retried.
-    queue = fresh_queue
+    queue = DelayedQueue(engine, "small", table_name=fresh_table)
     queue.offer_many([Message("m0", 0), Message("m1", 1)])
     now = int(time.time() * 1000) + 1000
     barrier = threading.Barrier(2, timeout=30)

@@ -223,10 +223,8 @@ def history_recordings(dao, dialect: sa.Dialect, kind: str,
         sent = [*((c.sql, c.params) for c in conn.cursor_calls), *conn.executed]
         out.extend((f"{label} {i}", stmt, params) for i, (stmt, params) in enumerate(sent))
 
-    def with_rows(rows, by_id=False):  # DELETE … RETURNING answers with keys, a locking
-        # read with rows (a DELETE by id on MySQL and MariaDB returns nothing)
-        returning = dao.delete_returning and (dao.returning_by_id or not by_id)
-        return [[("k",)]] if returning else [rows]
+    def with_rows(rows):  # DELETE ... RETURNING answers with keys, a locking read with rows
+        return [[("k",)]] if dao.delete_returning else [rows]
 
     record("offer by", lambda c: dao.offer(c, kind, [OfferRow("new", b"{}", 1000, True)], 1,
                                            actor="shop"), offered)
@@ -235,8 +233,7 @@ def history_recordings(dao, dialect: sa.Dialect, kind: str,
     record("events", lambda c: recorder.write(c, [
         recorder.event(kind, EventKind.CLAIMED, "k", 100, actor="w1", attempt=1, detail="d"),
         recorder.event(kind, EventKind.ACKED, "k", 200, actor="w1", attempt=1)]))
-    record("ack_many which", lambda c: dao.ack_many_which(c, "L", [7, 8]),
-           with_rows(key_rows, by_id=True))
+    record("ack_many which", lambda c: dao.ack_many_which(c, "L", [7, 8]), with_rows(key_rows))
     record("drop which", lambda c: dao.delete_which(c, dao.table.c.pkind == kind,
                                                      dao.table.c.pkey == "k"),
            with_rows(key_rows))

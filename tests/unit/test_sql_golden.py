@@ -9,6 +9,7 @@ inside operations are covered too. After an intended change, regenerate the file
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -103,11 +104,20 @@ def test_statements_match_golden_sql(name):
     assert text == path.read_text()
 
 
+def mariadb_only(name: str, sql: str) -> bool:
+    """MariaDB's DELETE … LIMIT n RETURNING (a queue keeping history acks so), which
+    sqlglot's MySQL grammar does not read; it runs against the MariaDB server in the
+    conformance tests."""
+    return name == "mariadb" and re.search(r" LIMIT \d+ RETURNING ", sql) is not None
+
+
 @pytest.mark.parametrize("name", DIALECTS)
 def test_statements_parse_in_the_databases_grammar(name):
     grammar = DIALECTS[name][1]
-    bad = [label for label, sql in emitted(name) if not parses(sql, grammar)]
+    bad = [label for label, sql in emitted(name)
+           if not mariadb_only(name, sql) and not parses(sql, grammar)]
     assert not bad
+    assert (name == "mariadb") == any(mariadb_only(name, sql) for _, sql in emitted(name))
 
 
 def test_claims_lock_with_skip_locked_where_rows_can_be_locked():

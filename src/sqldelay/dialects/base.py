@@ -150,8 +150,8 @@ class QueueDao(FlowControl):
                                t.c.claimed_by, t.c.trace_context)
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
                                        t.c.lock_uuid == sa.bindparam("lock"))
-        self._ack_many = self.delete_by_id(t, t.c.lock_uuid == sa.bindparam("lock"),
-                                           self.ids_listed())
+        self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
+                                            self.ids_listed())
         self._init_flow()
         mark = (self.by_id(sa.update(t).where(self.ids_listed()), t)
                 .values(lock_uuid=sa.bindparam("lock"), scheduled_at=sa.bindparam("until"),
@@ -166,19 +166,22 @@ class QueueDao(FlowControl):
 
     # ---- statements on rows named by id --------------------------------------------------
 
-    def by_id(self, stmt: _ById, table: sa.Table) -> _ById:
+    def by_id(self, stmt: _ById, table: sa.Table, count: int | None = None) -> _ById:
         """``stmt``, a read or an update of rows of ``table`` named by id (a list of them,
-        with any other condition), reaching them through the primary key whatever the
-        planner makes of the table's size (MySQL: see ``delete_by_id``)."""
+        ``count`` long where known, with any other condition), reaching them through the
+        primary key whatever the planner makes of the table's size (MySQL: a small table
+        was read whole, each row locked or waited for)."""
         return stmt
 
-    def delete_by_id(self, table: sa.Table, *where: sa.ColumnElement[bool]) -> sa.Delete:
-        """A DELETE of the rows of ``table`` meeting ``where``, which names them by id, that
-        reaches them through the primary key (as ``by_id``)."""
+    def delete_by_id(self, table: sa.Table, count: int,
+                     *where: sa.ColumnElement[bool]) -> sa.Delete:
+        """A DELETE of the rows of ``table`` meeting ``where``, which names ``count`` of
+        them by id, reaching them through the primary key (as ``by_id``)."""
         return sa.delete(table).where(*where)
 
-    # ``delete_by_id``'s statement can return what it deleted (where ``delete_returning``)
-    returning_by_id: ClassVar[bool] = True
+    def acks_of(self, count: int) -> sa.Delete:
+        """The ack of ``count`` messages (parameters lock and ids), as ``delete_by_id``."""
+        return self._ack_many
 
     # ---- database settings ---------------------------------------------------------------
 
@@ -527,25 +530,27 @@ class QueueDao(FlowControl):
         return conn.execute(self._ack, {"id": row_id, "lock": lock}).rowcount > 0
 
     def ack_many(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
-        return sum(conn.execute(self._ack_many, {"lock": lock, "ids": chunk}).rowcount
+        return sum(conn.execute(self.acks_of(len(chunk)), {"lock": lock, "ids": chunk}).rowcount
                    for chunk in chunked(ids, self.in_list_max))
 
     # DELETE … RETURNING (SQL Server: OUTPUT) tells which rows went, in the one statement
     delete_returning: ClassVar[bool] = False
 
     def delete_which(self, conn: sa.Connection, *where: sa.ColumnElement[bool],
-                     by_id: bool = False) -> list[str]:
-        """Delete the messages meeting ``where`` (``by_id``: which names them by id) and
-        return their keys (for their history events): one DELETE … RETURNING, or where there
-        is none, a locking read of them and their deletion by id, so what is returned is
-        exactly what went."""
+                     count: int | None = None) -> list[str]:
+        """Delete the messages meeting ``where`` (``count``: which names that many by id)
+        and return their keys (for their history events): one DELETE … RETURNING, or where
+        there is none, a locking read of them and their deletion by id, so what is returned
+        is exactly what went."""
         t = self.table
-        if self.delete_returning and (self.returning_by_id or not by_id):
-            return list(conn.execute(sa.delete(t).where(*where).returning(t.c.pkey)).scalars())
+        if self.delete_returning:
+            stmt = (sa.delete(t).where(*where) if count is None
+                    else self.delete_by_id(t, count, *where))
+            return list(conn.execute(stmt.returning(t.c.pkey)).scalars())
         read = self.lock_rows(sa.select(t.c.id, t.c.pkey).where(*where), t, skip=False)
-        rows = conn.execute(self.by_id(read, t) if by_id else read).all()
+        rows = conn.execute(read if count is None else self.by_id(read, t, count)).all()
         for chunk in chunked([r.id for r in rows], self.in_list_max):
-            conn.execute(self.delete_by_id(t, t.c.id.in_(chunk)))
+            conn.execute(self.delete_by_id(t, len(chunk), t.c.id.in_(chunk)))
         return [r.pkey for r in rows]
 
     def ack_many_which(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> set[str]:
@@ -553,7 +558,7 @@ class QueueDao(FlowControl):
         t = self.table
         return {key for chunk in chunked(ids, self.in_list_max)
                 for key in self.delete_which(conn, t.c.lock_uuid == lock, t.c.id.in_(chunk),
-                                             by_id=True)}
+                                             count=len(chunk))}
 
     def move_locked(self, row_id: int, lock: str, scheduled_at: int,
                     keep_lock: bool) -> sa.Update:
@@ -590,7 +595,7 @@ class QueueDao(FlowControl):
             sa.select(t.c.id, t.c.pkey).where(t.c.pkind == pkind).order_by(t.c.id)
             .limit(self.in_list_max), t, skip=False)).all()
         if rows:
-            conn.execute(self.delete_by_id(t, t.c.id.in_([r.id for r in rows])))
+            conn.execute(self.delete_by_id(t, len(rows), t.c.id.in_([r.id for r in rows])))
         return [r.pkey for r in rows]
 
     def store_trace_context(self, conn: sa.Connection, pkind: str, keys: Sequence[str],

@@ -45,24 +45,6 @@ def _payload(type_, compiler, **kw):
     return "LONGBLOB"  # BLOB stops at 64 KiB
 
 
-class _DeleteByPrimaryKey(sa.Delete):
-    """A DELETE whose index hint MySQL and MariaDB take: the multi-table form (``DELETE t
-    FROM t FORCE INDEX (…) WHERE …``); the single-table DELETE takes none."""
-
-    inherit_cache = True
-
-
-@compiles(_DeleteByPrimaryKey, "mysql")
-@compiles(_DeleteByPrimaryKey, "mariadb")
-def _delete_by_primary_key(element, compiler, **kw):
-    text = compiler.visit_delete(element, **kw)
-    table = compiler.preparer.format_table(element.table)
-    head = f"DELETE FROM {table} FORCE INDEX (PRIMARY) "
-    if not text.startswith(head) or " RETURNING " in text:
-        raise sa.exc.CompileError(f"not a DELETE this form can carry: {text}")
-    return f"DELETE {table} FROM {table} FORCE INDEX (PRIMARY) {text[len(head):]}"
-
-
 class MySQLQueueDao(QueueDao):
     name = "mysql"
     offer_chunk = 1000
@@ -74,22 +56,41 @@ class MySQLQueueDao(QueueDao):
     unavailable_codes = frozenset({2002, 2003, 2006, 2013, 1053, 1927, 4031})
     missing_table_codes = frozenset({1146})
 
-    # ``delete_by_id`` is the multi-table DELETE, which MariaDB lets return nothing
-    returning_by_id = False
+    def __init__(self, table: sa.Table) -> None:
+        super().__init__(table)
+        self._acks: dict[int, sa.Delete] = {}  # by count (``acks_of``)
 
-    def by_id(self, stmt: sa.Select | sa.Update, table: sa.Table) -> sa.Select | sa.Update:
+    def by_id(self, stmt: sa.Select | sa.Update, table: sa.Table,
+              count: int | None = None) -> sa.Select | sa.Update:
         # On a small table the optimizer reads the whole table for ``id IN (...)``, cheaper
-        # by its costs than the lookups (measured on MariaDB 10.11: 40 rows, 10 ids), and a
-        # locking read, an UPDATE or a DELETE locks every row it reads, or waits for its
-        # lock: a claim marking its rows so left a concurrent claim nothing to take, and an
-        # ack so waited for every open claim (acks of 25 caught reading 61 to 144 rows, for
-        # seconds, under load). The primary key reads only the rows named.
-        if isinstance(stmt, sa.Select):
-            return stmt.with_hint(table, "FORCE INDEX (PRIMARY)")
-        return stmt.with_hint("FORCE INDEX (PRIMARY)")
+        # by its costs than the lookups (MariaDB 10.11: 40 rows, 10 or 25 ids), and a locking
+        # read, an UPDATE or a DELETE locks every row it reads, or waits for its lock: a
+        # claim marking its rows so left a concurrent claim nothing to take, and an ack
+        # waited for every open claim (acks of 25 caught reading 61 to 144 rows, for seconds,
+        # under load). An UPDATE takes FORCE INDEX (PRIMARY). A read does not (a read of the
+        # whole primary key instead, by EXPLAIN), nor can a DELETE take a hint; a LIMIT below
+        # the rows the table is thought to hold makes the optimizer take the primary key
+        # for both (``delete_by_id``). Only a statement on nearly every row of the table
+        # still reads them all.
+        if isinstance(stmt, sa.Update):
+            return stmt.with_hint("FORCE INDEX (PRIMARY)")
+        return stmt if count is None else stmt.limit(count)
 
-    def delete_by_id(self, table: sa.Table, *where: sa.ColumnElement[bool]) -> sa.Delete:
-        return _DeleteByPrimaryKey(table).where(*where).with_hint("FORCE INDEX (PRIMARY)")
+    def delete_by_id(self, table: sa.Table, count: int,
+                     *where: sa.ColumnElement[bool]) -> sa.Delete:
+        # the option by each dialect name: a MariaDB server behind a mysql:// URL too
+        return sa.delete(table).where(*where).with_dialect_options(mysql_limit=count,
+                                                                   mariadb_limit=count)
+
+    def acks_of(self, count: int) -> sa.Delete:
+        # the LIMIT is a number in the statement's text: one statement for each size of
+        # ack, most often the consumers' batch size
+        stmt = self._acks.get(count)
+        if stmt is None:
+            t = self.table
+            stmt = self._acks[count] = self.delete_by_id(
+                t, count, t.c.lock_uuid == sa.bindparam("lock"), self.ids_listed())
+        return stmt
 
     def begin_read_committed(self, conn: sa.Connection) -> None:
         # At InnoDB's default REPEATABLE READ a locking read locks the gaps it passes:
