@@ -102,7 +102,7 @@ class MySQLQueueDao(QueueDao):
         #   messages (their due time moves to the lock's expiry) inserts: two claims of a
         #   near-empty queue then each wait for the other's gap. 100 asyncio tasks producing
         #   and consuming 2,000 messages (tests/conformance/test_concurrency.py) retried
-        #   320-1,130 deadlocks a run, in 25-80 s; at READ COMMITTED 0 to 4, in 3-6 s.
+        #   320-1,130 deadlocks a run, in 25-80 s; at READ COMMITTED 0 to 11, in 3-8 s.
         # Neither needs more than READ COMMITTED: the offer locks the rows it compares (a key
         # inserted concurrently still meets the unique index: duplicate error, round again),
         # the claim the rows it takes. A claim of a queue with a backlog (its last claim took
