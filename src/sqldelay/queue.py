@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from .clock import Clock
@@ -126,19 +127,17 @@ class DelayedQueue(QueueBase):
         the consumer (stored as ``claimed_by``; with history its default is this thread or
         task, host:pid:name)."""
         op = self.claim_op(limit, by, own_transaction=connection is None)
+        run = partial(self.executor.run, op, write=True, connection=connection,
+                      read_committed=not self.backlog)
         with self.tracer.span(CLAIM, self.name, limit):
             try:
-                return self.executor.run(op, write=True, connection=connection,
-                                         one_statement=self.claim_alone,
-                                         read_committed=not self.backlog)
+                return run(one_statement=self.claim_alone)
             except NeedsTransaction:  # a queue under flow control: claimed in a transaction
                 pass
             try:
-                return self.executor.run(op, write=True, connection=connection,
-                                         read_committed=not self.backlog)
+                return run()
             except Raced:  # its rate-limit tokens spent by another claim: locked first
-                return self.executor.run(op, write=True, connection=connection,
-                                         read_committed=not self.backlog)
+                return run()
 
     def ack(self, envelope: Envelope, *,
             connection: Connection | None = None) -> bool:

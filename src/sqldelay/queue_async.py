@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from .clock import Clock
@@ -124,19 +125,17 @@ class AsyncDelayedQueue(QueueBase):
         the consumer (stored as ``claimed_by``; with history its default is this thread or
         task, host:pid:name)."""
         op = self.claim_op(limit, by, own_transaction=connection is None)
+        run = partial(self.executor.run, op, write=True, connection=connection,
+                      read_committed=not self.backlog)
         with self.tracer.span(CLAIM, self.name, limit):
             try:
-                return await self.executor.run(op, write=True, connection=connection,
-                                               one_statement=self.claim_alone,
-                                               read_committed=not self.backlog)
+                return await run(one_statement=self.claim_alone)
             except NeedsTransaction:  # a queue under flow control: claimed in a transaction
                 pass
             try:
-                return await self.executor.run(op, write=True, connection=connection,
-                                               read_committed=not self.backlog)
+                return await run()
             except Raced:  # its rate-limit tokens spent by another claim: locked first
-                return await self.executor.run(op, write=True, connection=connection,
-                                               read_committed=not self.backlog)
+                return await run()
 
     async def ack(self, envelope: Envelope, *,
                   connection: AsyncConnection | None = None) -> bool:
