@@ -47,6 +47,7 @@ class Sizes:
     rss_messages: int = 1_000_000  # drained by one worker while its RSS is sampled
     offer_many_sizes: tuple[int, ...] = (100_000, 300_000, 1_000_000)  # one offer_many each
     process_messages: int = 100_000  # drained by the worker in one process and in several
+    fresh_messages: int = 200_000  # due in a new table before its claims are timed
 
 
 SIZES = {
@@ -55,7 +56,7 @@ SIZES = {
                   backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
                   per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=200,
                   fairness_flood=500, shard_counts=(1, 2), rss_messages=2_000,
-                  offer_many_sizes=(500, 2_000), process_messages=300),
+                  offer_many_sizes=(500, 2_000), process_messages=300, fresh_messages=500),
 }
 
 

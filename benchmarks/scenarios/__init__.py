@@ -35,6 +35,7 @@ SCENARIOS = {
     "steady": steady.steady,
     "scaling_backlog": scaling.backlog,
     "scaling_consumers": scaling.consumers,
+    "fresh_backlog": scaling.fresh_backlog,
     "churn": churn.churn,
     "flow_drain": flow.flow_drain,
     "flow_fairness": flow.flow_fairness,

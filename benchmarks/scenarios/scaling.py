@@ -5,14 +5,20 @@ claims and acks ``probe_polls`` single messages; the figure is the median time o
 (the median, as other work on a shared machine adds outliers to a mean). A flat
 line from 1e3 to 1e6 is the claim reading the due index, not the table; the plan is recorded.
 consumers: ``per_count_messages`` single poll+ack for each consumer count.
+fresh_backlog: a new table filled with ``fresh_messages`` due messages by one queue object, then
+``probe_claims`` claims of ``batch`` (each acked); the figure is the median time of one claim,
+taking turns, on PostgreSQL, with the same on a queue whose DAO gathers no statistics (what a
+claim cost there until autovacuum first analyzed a new table). The other databases' claims do
+not rest on statistics a queue gathers: they run the first subject alone.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 
-from ..harness import OURS, Bench, drain, fill, run_threads
+from ..harness import OURS, Bench, alternate, drain, fill, rounds_for, run_threads, spread
 from ..plans import analyze, claim_index, claim_plan
 
 
@@ -59,3 +65,35 @@ def consumers(bench: Bench) -> None:
               params={"messages_per_count": n, "batch": 1,
                       "axes": ("consumer threads", "messages/s (poll + ack)")},
               series=points)
+
+
+PROBE_CLAIMS = 20
+
+
+def fresh_backlog(bench: Bench) -> None:
+    n = bench.sizes.fresh_messages
+    tables = iter(range(1_000_000))
+
+    def claim_ms(gather: bool) -> float:
+        queue = bench.queue("fresh_backlog", table=bench.table_for(f"_fresh{next(tables)}"))
+        if not gather:  # this queue's DAO instance only
+            queue.dao.gather_statistics = lambda conn: False
+        fill(queue, n)
+        costs = []
+        for _ in range(PROBE_CLAIMS):
+            began = time.perf_counter()
+            got = queue.poll_many(bench.batch)
+            costs.append(time.perf_counter() - began)
+            queue.ack_many(got)
+        queue.clear()
+        return statistics.median(costs) * 1000
+
+    after = bench.queue("fresh_backlog").dao.statistics_after
+    subjects = {OURS: partial(claim_ms, True)}
+    if after is not None:
+        subjects[f"{OURS} without gathered statistics"] = partial(claim_ms, False)
+    params = {"messages": n, "batch": bench.batch, "claims": PROBE_CLAIMS,
+              "statistics_after": after}
+    for subject, values in alternate(rounds_for(n), subjects).items():
+        bench.add("fresh_backlog", subject, f"ms per claim of {bench.batch}",
+                  spread(values)["median"], params={**params, **spread(values)})

@@ -9,10 +9,13 @@ raise the same errors: bad input fails while an operation is built, before any I
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
+
+import sqlalchemy as sa
 
 from .clock import Clock
 from .concurrency import Connection, Engine, engine_problem
@@ -34,6 +37,8 @@ from .queue_base import Call, OfferPlan, QueueBase
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 from .tracing import ACK, CLAIM, OFFER, Tracer
+
+log = logging.getLogger("sqldelay")
 
 
 class DelayedQueue(QueueBase):
@@ -109,6 +114,12 @@ class DelayedQueue(QueueBase):
                                      read_committed=True)
         if connection is None:  # committed (in the caller's transaction: maybe not)
             self.offered(plan, outcomes)
+            if self.statistics_due(outcomes):
+                try:
+                    self.executor.run(self.statistics_op(), write=True)
+                except sa.exc.DBAPIError as exc:  # the offer stands
+                    log.warning("could not gather the planner statistics of table %s: %s",
+                                self.dao.table.name, exc)
         self.events.emit("offered", self.name, outcomes)
         return outcomes
 

@@ -122,6 +122,9 @@ class QueueBase:
         self.backlog = False
         # set once this object's offers have marked the queue as having groups
         self.groups_flagged = False
+        # messages this object created before it made sure the table has planner statistics
+        # (None: made sure, or the dialect's claim needs none; see statistics_due)
+        self._unchecked_creations: int | None = 0 if self.dao.statistics_after else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self.engine.url.render_as_string()!r})"
@@ -190,6 +193,27 @@ class QueueBase:
             self.groups_flagged = True
         if any(outcome is not OfferOutcome.IGNORED for outcome in outcomes):
             wakeups.offered(self, plan.earliest_ms)
+
+    def statistics_due(self, outcomes: Sequence[OfferOutcome]) -> bool:
+        """After an offer committed: whether this object has now created enough messages to
+        make sure the table has planner statistics (``statistics_op``), once."""
+        if self._unchecked_creations is None:
+            return False
+        self._unchecked_creations += outcomes.count(OfferOutcome.CREATED)
+        if self._unchecked_creations < self.dao.statistics_after:
+            return False
+        self._unchecked_creations = 0  # where the op fails, tried again as many later
+        return True
+
+    def statistics_op(self) -> Op:
+        """Gather the table's planner statistics where it has none (a new table whose claims
+        would otherwise read every due message); made sure of once per queue object."""
+        def op(conn: sa.Connection) -> bool:
+            gathered = self.dao.gather_statistics(conn)
+            self._unchecked_creations = None
+            return gathered
+
+        return op
 
     def _offer_events(self, rows: Sequence[OfferRow], outcomes: Sequence[OfferOutcome],
                       now: int, actor: str | None) -> list[dict]:

@@ -134,6 +134,9 @@ class QueueDao(FlowControl):
     # offer sends the wake-up; workers ``listen``); without it workers find new messages by
     # polling
     notifications: ClassVar[bool] = False
+    # the messages a queue object creates before it makes sure the table has planner
+    # statistics (``gather_statistics``); None where the claim's plan does not rest on them
+    statistics_after: ClassVar[int | None] = None
 
     def __init__(self, table: sa.Table) -> None:
         self.table = t = table
@@ -448,6 +451,11 @@ class QueueDao(FlowControl):
         self.require_transaction(conn)
         return self.claim_controlled(conn, pkind, control, now_ms, limit, lock, until_ms,
                                      actor, optimistic=optimistic), control
+
+    def gather_statistics(self, conn: sa.Connection) -> bool:
+        """Where the queue table has no planner statistics of its rows yet, gather them;
+        whether it did (see ``statistics_after``)."""
+        return False
 
     def claims_alone(self, control: Control | None) -> bool:
         """Whether the claim of a queue whose flow control is ``control`` (None: none) sends

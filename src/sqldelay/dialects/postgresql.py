@@ -54,6 +54,7 @@ class PostgresQueueDao(QueueDao):
     autocommit_one_statement = True
     claim_is_one_statement = True
     bucket_in_claim = True
+    statistics_after = 50_000
     delete_returning = True
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
@@ -146,6 +147,22 @@ class PostgresQueueDao(QueueDao):
                            t.c.priority, t.c.group_key, t.c.enqueued_by,
                            picked.c.lock_uuid.label("previous_lock"),
                            picked.c.claimed_by.label("previous_holder"), t.c.trace_context))
+
+    def gather_statistics(self, conn: sa.Connection) -> bool:
+        # Without statistics (a new table, until autovacuum first analyzes it: a minute or
+        # more, never where autovacuum is off) the planner takes the due messages of a queue
+        # for a handful and reads all of them, then sorts them, at every claim: 36 ms a claim
+        # of 100 at 200,000 due, against 3.9 ms for the walk of the claim index it chooses
+        # once it knows the table. Statistics of an empty table (reltuples 0) say as little.
+        # Statistics gathered once hold as the table grows: the planner scales the row counts
+        # they give by the table's current size.
+        name = pg.dialect().identifier_preparer.format_table(self.table)
+        known = conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:t)"),
+                             {"t": name}).scalar()
+        if known is None or known > 0:
+            return False
+        conn.exec_driver_sql(f"ANALYZE {name}")
+        return True
 
     @classmethod
     def tuning_ddl(cls, table: sa.Table, preset: str) -> list[str]:

@@ -1,0 +1,95 @@
+"""A new PostgreSQL queue table gets its planner statistics from the queue that fills it.
+
+Without statistics PostgreSQL takes a queue's due messages for a handful, reads all of them and
+sorts them at every claim, so a claim's cost grows with the backlog until autovacuum first
+analyzes the table (never, where autovacuum is off). A queue object that has created
+``statistics_after`` messages makes sure the table has statistics, once. The other databases'
+claims do not rest on statistics a queue could gather (``statistics_after`` is None there).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from sqldelay import Message, OfferOutcome, create_schema, drop_schema
+
+from ..conftest import unique_name
+
+
+@pytest.fixture
+def new_table(engine):
+    """A queue table of its own, just made: no statistics yet."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip(f"{engine.dialect.name}'s claim plan does not rest on gathered statistics")
+    name = unique_name("sqd_stats")
+    create_schema(engine, table_name=name)
+    yield name
+    drop_schema(engine, table_name=name)
+
+
+def _due(prefix: str, count: int, clock) -> list[Message]:
+    at = clock.now() - timedelta(seconds=1)
+    return [Message(f"{prefix}{i}", i, at) for i in range(count)]
+
+
+def _rows_known(engine, table: str) -> float:
+    """The table's row count as the planner's statistics give it (-1, or 0 before PostgreSQL 14:
+    never gathered)."""
+    with engine.connect() as conn:
+        return conn.execute(sa.text("SELECT reltuples FROM pg_class WHERE relname = :t"),
+                            {"t": table}).scalar()
+
+
+def _claim_plan(engine, queue) -> str:
+    """PostgreSQL's plan for the queue's claim of 100 (the plain claim, guard included)."""
+    dao, now = queue.dao, queue.now_ms()
+    compiled = dao._claim_statement(("guard",), False).compile(dialect=engine.dialect)
+    params = {**compiled.params, **dao.claim_values(queue.pkind, now, 100, "x", now, None)}
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN " + compiled.string, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_the_queue_gathers_statistics_once_it_has_filled_a_new_table(new_table, engine,
+                                                                      front, clock):
+    queue = front.queue(unique_name("q"), table_name=new_table, clock=clock)
+    threshold = queue.dao.statistics_after
+    queue.offer_many(_due("a", threshold - 10_000, clock))
+    assert _rows_known(engine, new_table) <= 0  # not yet: the claim reads and sorts them all
+    assert "Sort" in _claim_plan(engine, queue)
+    queue.offer_many(_due("b", 10_000, clock))
+    assert _rows_known(engine, new_table) == threshold
+    # the claim walks its index in claim order and stops at what it takes
+    plan = _claim_plan(engine, queue)
+    assert f"Index Scan using {new_table}_kind_prio_ix" in plan
+    assert "Sort" not in plan and "Seq Scan" not in plan
+    assert len(queue.poll_many(100)) == 100
+
+
+def test_an_offer_stands_when_the_statistics_cannot_be_gathered(new_table, engine, front,
+                                                               clock, monkeypatch, caplog):
+    queue = front.queue(unique_name("q"), table_name=new_table, clock=clock)
+    monkeypatch.setattr(queue.dao, "statistics_after", 50)
+    tries = []
+
+    def refused(conn):
+        tries.append(conn)
+        raise sa.exc.ProgrammingError("ANALYZE", None, RuntimeError("permission denied"))
+
+    monkeypatch.setattr(queue.dao, "gather_statistics", refused)
+    with caplog.at_level(logging.WARNING, logger="sqldelay"):
+        outcomes = queue.offer_many(_due("a", 60, clock))
+    assert outcomes == [OfferOutcome.CREATED] * 60
+    assert queue.stats().due == 60
+    assert len(tries) == 1
+    assert any("could not gather the planner statistics" in r.getMessage()
+               for r in caplog.records)
+    queue.offer_many(_due("b", 40, clock))  # not yet as many again: no new attempt
+    assert len(tries) == 1
+    queue.offer_many(_due("c", 10, clock))
+    assert len(tries) == 2
