@@ -85,6 +85,9 @@ class Worker(WorkerBase):
         self._abandon = Event()  # the grace period is over: give up on the database
         self._wake = Event()
         self._starved = False  # the last claim came back empty
+        # the handlers sat idle through the last claim, which came back full: the claims set
+        # the pace, so the next claim is two at once (``_claim_next``)
+        self._ahead = False
         # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
         # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
         # many handlers as it brings messages, and a handler going idle wakes no other handler
@@ -184,6 +187,7 @@ class Worker(WorkerBase):
         self._closing = False
         self._handled = 0
         self._acked = 0  # acks sent
+        self._ahead = False
         self._fatal = None
 
     def _start_helpers(self, until_idle: bool) -> list[Spawned]:
@@ -263,10 +267,12 @@ class Worker(WorkerBase):
 
     def _claim_and_hand_off(self) -> list | None:
         """``_claim_next``, the batch put in the handlers' buffer at once."""
-        batch = self._claim_next()
+        batch, full = self._claim_next()
         if batch:
             self._events.emit("picked", batch)
-            with self._lock:
+        with self._lock:
+            self._ahead = full and self._idle_handlers == self.concurrency
+            if batch:
                 self._buffer.extend(batch)
                 self._work.notify(len(batch))
         return batch
@@ -280,26 +286,34 @@ class Worker(WorkerBase):
         self._patiently(self._flush_acks)
         return not self._due_now()
 
-    def _claim_next(self, connection: Connection | None = None) -> list | None:
-        """Claim from the queues in turn until one has something (None: stopped meanwhile)."""
+    def _claim_next(self) -> tuple[list | None, bool]:
+        """Claim from the queues in turn until one has something (None: stopped meanwhile),
+        and whether it took all it asked for.
+
+        A worker of one queue that the handlers waited for at its last claim, which came back
+        full (``_ahead``), claims two batches at once, on two connections, where its queue
+        has row locks and no cap in this worker: a claim's round trip, not the handlers, then
+        sets the pace, and two claims keep the database busy where one waits on the other
+        (benchmarks/README.md, "Two claims at once"). The handlers then have up to twice
+        ``batch_size`` messages claimed before they start on them."""
         with self._lock:
             turns = self._rotation.turns(time.monotonic())
         for name, count in turns:
             queue = self.queues[name]
-            if connection is None:
-                batch = self._patiently_on(name, partial(queue.poll_many, count,
-                                                         by=self.name))
-            else:
-                batch = queue.poll_many(count, by=self.name, connection=connection)
+            claim = partial(self._patiently_on, name, partial(queue.poll_many, count,
+                                                              by=self.name))
+            twice = (self._ahead and len(self.queues) == 1 and name not in self.limits
+                     and queue.dao.skip_locked)
+            batch = (_claimed_twice(claim) if twice else claim())
             if batch is None:
-                return None
+                return None, False
             if batch is _DOWN:
                 continue
             with self._lock:
                 self._rotation.claimed(name, len(batch), time.monotonic())
             if batch:
-                return batch
-        return []
+                return batch, len(batch) == count * (2 if twice else 1)
+        return [], False
 
     def _due_now(self) -> bool:
         """Whether a message is due on a queue (of those that can be reached)."""
@@ -649,6 +663,19 @@ class Worker(WorkerBase):
 
 
 _DOWN = object()  # what _patiently_on answers for a queue whose database is down
+
+
+def _claimed_twice(claim: Callable[[], Any]) -> Any:
+    """``claim`` twice, side by side: the two batches as one; None where neither claimed
+    because the worker stopped, _DOWN where both found the database down."""
+    outcomes = side_by_side([claim, claim])
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):
+            raise outcome
+    batches = [outcome for outcome in outcomes if isinstance(outcome, list)]
+    if batches:
+        return [envelope for batch in batches for envelope in batch]
+    return None if any(outcome is None for outcome in outcomes) else _DOWN
 
 
 def _by_queue(envelopes: list[Envelope]) -> list[list[Envelope]]:

@@ -294,6 +294,35 @@ def test_a_raising_handler_never_kills_the_worker_and_listeners_see_it_all(make_
     assert ("idle",) not in events  # drain() returns instead of idling
 
 
+@pytest.mark.parametrize("setup", ["one queue", "two queues", "a cap in the worker"])
+def test_handlers_that_wait_for_claims_get_two_batches_at_once_from_one_queue(make_queue, front,
+                                                                            setup):
+    # Handlers that finish a batch before the next claim comes back wait for the claims: a
+    # worker of one queue then claims two batches at once (where the database has row locks),
+    # never more; with several queues, or a cap in the worker, a batch at a time as before.
+    queues = [make_queue() for _ in range(2 if setup == "two queues" else 1)]
+    keys = set()
+    for n, queue in enumerate(queues):
+        queue.offer_many([Message(f"{n}-{i}", i) for i in range(600)])
+        keys |= {f"{n}-{i}" for i in range(600)}
+    handled = []
+    lock = threading.Lock()
+
+    def handler(envelope):
+        with lock:
+            handled.append(envelope.key)
+
+    recorder = Recorder()
+    limits = {queues[0].name: 1000} if setup == "a cap in the worker" else None
+    worker = front.worker({q.name: q for q in queues}, handler, concurrency=2, batch_size=50,
+                          limits=limits, listeners=[recorder])
+    assert worker.drain() == len(keys)
+    assert sorted(handled) == sorted(keys)  # each once
+    picked = [event[1] for event in recorder.events if event[0] == "picked"]
+    twice = setup == "one queue" and queues[0].dao.skip_locked
+    assert max(picked) == (100 if twice else 50)
+
+
 def test_idle_worker_sleeps_until_the_next_due_time_not_the_idle_poll(make_queue, front):
     q = make_queue(clock=SystemClock())
     got = threading.Event()
