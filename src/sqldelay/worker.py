@@ -291,8 +291,9 @@ class Worker(WorkerBase):
         and whether it took all it asked for.
 
         A worker of one queue that the handlers waited for at its last claim, which came back
-        full (``_ahead``), claims two batches at once, on two connections, where its queue
-        has row locks and no cap in this worker: a claim's round trip, not the handlers, then
+        full (``_ahead``), claims two batches at once, on two connections, where the database
+        gains by it (``claims_side_by_side``) and the queue has no cap in this worker: a
+        claim's round trip, not the handlers, then
         sets the pace, and two claims keep the database busy where one waits on the other
         (benchmarks/README.md, "Two claims at once"). The handlers then have up to twice
         ``batch_size`` messages claimed before they start on them."""
@@ -303,7 +304,7 @@ class Worker(WorkerBase):
             claim = partial(self._patiently_on, name, partial(queue.poll_many, count,
                                                               by=self.name))
             twice = (self._ahead and len(self.queues) == 1 and name not in self.limits
-                     and queue.dao.skip_locked)
+                     and queue.dao.claims_side_by_side)
             batch = (_claimed_twice(claim) if twice else claim())
             if batch is None:
                 return None, False

@@ -3,8 +3,8 @@ decisions that do not depend on threads or tasks. ``AsyncWorker`` (``worker_asyn
 it with asyncio tasks, ``Worker`` (``worker.py``, generated from it) with threads.
 
 At-least-once mode (the default): ``run()`` claims batches (each claim committed on its own)
-into a buffer that ``concurrency`` handlers drain (two batches at once where the handlers wait
-on the claims: ``_claim_next``); a handler that returns gets its message
+into a buffer that ``concurrency`` handlers drain (on PostgreSQL, two batches at once where the
+handlers wait on the claims: ``_claim_next``); a handler that returns gets its message
 acked (acks are sent in batches), one that raises gets it released for a retry or moved to the
 dead letters. A crash between handler and ack means a redelivery, never a loss. ``Worker``
 calls its handler in one of ``concurrency`` threads; ``AsyncWorker`` awaits an ``async def``

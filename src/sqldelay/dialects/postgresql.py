@@ -55,6 +55,7 @@ class PostgresQueueDao(QueueDao):
     claim_is_one_statement = True
     bucket_in_claim = True
     statistics_after = 50_000
+    claims_side_by_side = True
     delete_returning = True
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
