@@ -293,10 +293,10 @@ class Worker(WorkerBase):
         A worker of one queue that the handlers waited for at its last claim, which came back
         full (``_ahead``), claims two batches at once, on two connections, where the database
         gains by it (``claims_side_by_side``) and the queue has no cap in this worker: a
-        claim's round trip, not the handlers, then
-        sets the pace, and two claims keep the database busy where one waits on the other
-        (benchmarks/README.md, "Two claims at once"). The handlers then have up to twice
-        ``batch_size`` messages claimed before they start on them."""
+        claim's round trip, not the handlers, then sets the pace, and two claims keep the
+        database busy where one waits on the other (benchmarks/README.md, "Two claims at
+        once"). The handlers then have up to twice ``batch_size`` messages claimed before
+        they start on them."""
         with self._lock:
             turns = self._rotation.turns(time.monotonic())
         for name, count in turns:

@@ -152,9 +152,10 @@ class PostgresQueueDao(QueueDao):
     def gather_statistics(self, conn: sa.Connection) -> bool:
         # Without statistics (a new table, until autovacuum first analyzes it: a minute or
         # more, never where autovacuum is off) the planner takes the due messages of a queue
-        # for a handful and reads all of them, then sorts them, at every claim: 36 ms a claim
-        # of 100 at 200,000 due, against 3.9 ms for the walk of the claim index it chooses
-        # once it knows the table. Statistics of an empty table (reltuples 0) say as little.
+        # for a handful and reads all of them, then sorts them, at every claim: 35.8 ms a
+        # claim of 100 at 200,000 due, against 4.1 ms for the walk of the claim index it
+        # chooses once it knows the table (benchmarks/README.md, fresh_backlog). Statistics
+        # of an empty table (reltuples 0) say as little.
         # Statistics gathered once hold as the table grows: the planner scales the row counts
         # they give by the table's current size.
         name = pg.dialect().identifier_preparer.format_table(self.table)
