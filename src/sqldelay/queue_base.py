@@ -13,7 +13,7 @@ import uuid
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -260,7 +260,8 @@ class QueueBase:
             self.backlog = len(rows) == limit
             if self.recorder is not None:
                 self.recorder.write(conn, self._claim_events(rows, now, until, actor))
-            return [self._envelope(r, lock, until, actor) for r in rows]
+            locked_until = from_ms(until)
+            return [self._envelope(r, lock, locked_until, actor) for r in rows]
 
         return op
 
@@ -277,11 +278,12 @@ class QueueBase:
                                 detail=f"locked until {from_ms(until).isoformat()}"))
         return events
 
-    def _envelope(self, row: ClaimedRow, lock: str, until: int, actor: str | None) -> Envelope:
+    def _envelope(self, row: ClaimedRow, lock: str, locked_until: datetime,
+                  actor: str | None) -> Envelope:
         return Envelope(
             key=row.key, payload=self.serializer.decode(row.payload),
             scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
-            attempt=row.deliveries, locked_until=from_ms(until), priority=row.priority,
+            attempt=row.deliveries, locked_until=locked_until, priority=row.priority,
             group=row.group, row_id=row.id, lock=lock, queue=self,
             enqueued_by=row.enqueued_by, claimed_by=actor, trace_context=row.trace_context)
 
