@@ -19,7 +19,7 @@ log = logging.getLogger("sqldelay.worker")
 
 class WorkerListener:
     def picked(self, envelopes: Sequence[Envelope]) -> None:
-        """A batch was claimed."""
+        """A batch was claimed (two claims a worker made at once come as one)."""
 
     def started(self, envelope: Envelope) -> None:
         """The handler is about to run."""
