@@ -6,7 +6,7 @@ claims and acks ``probe_polls`` single messages; the figure is the median time o
 line from 1e3 to 1e6 is the claim reading the due index, not the table; the plan is recorded.
 consumers: ``per_count_messages`` single poll+ack for each consumer count.
 fresh_backlog: a new table filled with ``fresh_messages`` due messages by one queue object, then
-``probe_claims`` claims of ``batch`` (each acked); the figure is the median time of one claim,
+``PROBE_CLAIMS`` claims of ``batch`` (each acked); the figure is the median time of one claim,
 taking turns, on PostgreSQL, with the same on a queue whose DAO gathers no statistics (what a
 claim cost there until autovacuum first analyzed a new table). The other databases' claims do
 not rest on statistics a queue gathers: they run the first subject alone.
@@ -14,6 +14,7 @@ not rest on statistics a queue gathers: they run the first subject alone.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from functools import partial
@@ -72,7 +73,7 @@ PROBE_CLAIMS = 20
 
 def fresh_backlog(bench: Bench) -> None:
     n = bench.sizes.fresh_messages
-    tables = iter(range(1_000_000))
+    tables = itertools.count()  # each round in a new table
 
     def claim_ms(gather: bool) -> float:
         queue = bench.queue("fresh_backlog", table=bench.table_for(f"_fresh{next(tables)}"))
