@@ -328,3 +328,29 @@ def test_stats_watch_reads_again_until_ctrl_c(backend_url, engine, table_name):
         if proc.poll() is None:
             proc.kill()
     assert first["due"] == 1 and first["queue"] == name
+
+
+def test_verify_reports_a_postgresql_table_filled_without_statistics(backend_url, engine,
+                                                                    own_table):
+    # offers made in the caller's transactions never count towards the queue's own check
+    # (test_planner_statistics.py), so the table is filled without planner statistics
+    if engine.dialect.name != "postgresql":
+        pytest.skip(f"{engine.dialect.name}'s claim plan does not rest on gathered statistics")
+    db = ["--url", backend_url, "--table", own_table]
+    ok("migrate", *db, run=here)
+    queue = DelayedQueue(engine, unique_name("full"), table_name=own_table)
+    at = datetime.now(UTC) - timedelta(seconds=1)
+    with engine.connect() as conn:
+        for lo in range(0, 40_000, 5_000):
+            queue.offer_many([Message(f"k{i}", i, at) for i in range(lo, lo + 5_000)],
+                             connection=conn)
+        conn.commit()
+    check = f"{own_table} statistics = none"
+    done = here("verify", "--json", *db)
+    assert done.returncode == 1 and check in problems(done)
+    [finding] = [f["finding"] for f in json.loads(done.stdout)["findings"]
+                 if f["check"] == check]
+    assert f"ANALYZE {own_table}" in finding
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"ANALYZE {own_table}")
+    assert check not in problems(here("verify", "--json", *db))
