@@ -32,7 +32,8 @@ def test_claim_returns_due_rows_behind_rows_locked_elsewhere(make_queue, engine,
     queue.offer_many([Message(k, k, start - timedelta(seconds=10 - i)) for i, k in enumerate(keys)])
     with engine.connect() as other:
         # hold the two earliest rows the way a producer updating them would
-        held = other.execute(queue.dao.select_existing(queue.pkind, keys[:2])).fetchall()
+        held = other.execute(queue.dao.select_existing(),
+                             {"b_kind": queue.pkind, "keys": keys[:2]}).fetchall()
         assert sorted(r.pkey for r in held) == keys[:2]
         assert [e.key for e in queue.poll_many(2)] == ["k2", "k3"]
         other.rollback()

@@ -107,7 +107,7 @@ def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
     assert statements == [
         "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key "
         "FROM dq WITH (UPDLOCK, HOLDLOCK) "
-        "WHERE dq.pkind = :pkind_1 AND dq.pkey IN (:keys_1, :keys_2, :keys_3)",
+        "WHERE dq.pkind = :b_kind AND dq.pkey IN (:keys_1, :keys_2, :keys_3)",
         "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
         "created_at, deliveries, priority, group_key) VALUES (:pkind_m0, :pkey_m0, :payload_m0, "
         ":scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, "

@@ -99,7 +99,7 @@ def test_offer_locks_existing_rows_then_inserts_and_updates(dao):
     assert statements == [
         "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key "
         "FROM dq "
-        "WHERE dq.pkind = :pkind_1 AND dq.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE",
+        "WHERE dq.pkind = :b_kind AND dq.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE",
         "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
         "created_at, deliveries, priority, group_key) VALUES (:pkind, :pkey, :payload, "
         ":scheduled_at, :scheduled_at_initially, :lock_uuid, :created_at, :deliveries, "

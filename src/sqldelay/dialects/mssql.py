@@ -153,9 +153,9 @@ class MSSQLQueueDao(QueueDao):
                 f"key {key!r} ends with a space: SQL Server ignores trailing spaces when "
                 "comparing text, so it would be the same message as the key without them")
 
-    def select_existing(self, pkind: str, keys: Sequence[str]) -> sa.Select:
+    def select_existing(self) -> sa.Select:
         # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): lock by table hint
-        return super().select_existing(pkind, keys).with_hint(
+        return super().select_existing().with_hint(
             self.table, "WITH (UPDLOCK, HOLDLOCK)", dialect_name="mssql")
 
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,

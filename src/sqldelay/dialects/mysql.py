@@ -17,11 +17,14 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueKey, QueuePayload, QueueText
-from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao
+from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao, repeat_values, row_name
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
 # read from the server once
 _PACKET_LIMITS: weakref.WeakKeyDictionary[sa.Pool, int] = weakref.WeakKeyDictionary()
+# the drivers whose cursors take a mapping for %(name)s placeholders, whatever paramstyle
+# SQLAlchemy declares for them
+_NAMED_DRIVERS = frozenset({"pymysql", "mysqldb", "asyncmy"})
 
 
 @compiles(QueueKey, "mysql")
@@ -59,6 +62,7 @@ class MySQLQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         self._acks: dict[int, sa.Delete] = {}  # by count (``acks_of``)
+        self._named_sql: dict[tuple, str] = {}  # by dialect, row count, actor (``insert_new``)
 
     def by_id(self, stmt: sa.Select | sa.Update, table: sa.Table,
               count: int | None = None) -> sa.Select | sa.Update:
@@ -237,6 +241,43 @@ class MySQLQueueDao(QueueDao):
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
         args = getattr(exc.orig, "args", ())
         return args[0] if args and isinstance(args[0], int) else None
+
+    def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+                   now_ms: int, actor: str | None) -> None:
+        # These drivers escape each value into the statement's text in Python, one call per
+        # value: 40% of an offer_many's client CPU through PyMySQL. Of a new row's ten
+        # columns, five hold values of its own (key, payload, due time, priority, group):
+        # the due time fills two, the kind, creation time and actor are the call's, and the
+        # lock and deliveries are constants. Named placeholders send each value once.
+        if conn.dialect.driver not in _NAMED_DRIVERS:
+            super().insert_new(conn, pkind, rows, now_ms, actor)
+            return
+        values = {"b_kind": pkind, "created": now_ms, "actor": actor}
+        for i, r in enumerate(rows):
+            values[f"k_{i}"], values[f"p_{i}"], values[f"a_{i}"] = r.key, r.payload, r.at_ms
+            values[f"r_{i}"], values[f"g_{i}"] = r.priority, r.group
+        conn.exec_driver_sql(self._named_insert(conn.dialect, len(rows), actor is not None),
+                             values)
+
+    def _named_insert(self, dialect: sa.Dialect, n: int, by: bool) -> str:
+        """The SQL of ``insert_new`` for ``n`` rows (with ``enqueued_by`` where ``by``), its
+        placeholders %(name)s."""
+        key = (type(dialect), n, by)
+        if key not in self._named_sql:
+            one = {"pkind": sa.bindparam("b_kind"), "pkey": sa.bindparam(row_name("k")),
+                   "payload": sa.bindparam(row_name("p")),
+                   "scheduled_at": sa.bindparam(row_name("a")),
+                   "scheduled_at_initially": sa.bindparam(row_name("a")),
+                   "created_at": sa.bindparam("created"), "lock_uuid": sa.null(),
+                   "deliveries": sa.literal_column("0"),
+                   "priority": sa.bindparam(row_name("r")),
+                   "group_key": sa.bindparam(row_name("g"))}
+            if by:
+                one["enqueued_by"] = sa.bindparam("actor")
+            named = type(dialect)(paramstyle="pyformat")
+            self._named_sql[key] = repeat_values(
+                sa.insert(self.table).values(one).compile(dialect=named).string, n)
+        return self._named_sql[key]
 
     def update_changed(self, pkind: str, rows: Sequence[OfferRow], now_ms: int,
                        actor: str | None) -> tuple[sa.Executable, None]:

@@ -38,10 +38,10 @@ CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey,
 CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
 -- offer 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE;
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE;
 
 -- offer 1
-INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0);
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (%(b_kind)s, %(k_0)s, %(p_0)s, %(a_0)s, %(a_0)s, NULL, %(created)s, 0, %(r_0)s, %(g_0)s);
 
 -- offer 2
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_m0, :pkey_m0, :payload_m0, :scheduled_at_m0, :scheduled_at_initially_m0, :lock_uuid_m0, :created_at_m0, :deliveries_m0, :priority_m0, :group_key_m0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = :param_1, created_at = VALUES(created_at), deliveries = :param_2, priority = VALUES(priority), group_key = VALUES(group_key);
@@ -149,10 +149,10 @@ INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- offer by 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1) FOR UPDATE;
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1) FOR UPDATE;
 
 -- offer by 1
-INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key, enqueued_by) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0, :enqueued_by_0);
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key, enqueued_by) VALUES (%(b_kind)s, %(k_0)s, %(p_0)s, %(a_0)s, %(a_0)s, NULL, %(created)s, 0, %(r_0)s, %(g_0)s, %(actor)s);
 
 -- claim by 0
 SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue FORCE INDEX (delayed_queue_kind_prio_ix) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit FOR UPDATE SKIP LOCKED;

@@ -38,7 +38,7 @@ CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey,
 CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
 -- offer 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3);
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3);
 
 -- offer 1
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0);
@@ -149,7 +149,7 @@ INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind);
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- offer by 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:keys_1);
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1);
 
 -- offer by 1
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key, enqueued_by) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0, :enqueued_by_0);
