@@ -28,6 +28,7 @@ from . import (
 SCENARIOS = {
     "offer": throughput.offer,
     "offer_many": throughput.offer_many,
+    "offer_many_changed": throughput.offer_many_changed,
     "mysql_offer": mysql_offer.mysql_offer,
     "offer_new_keys": contention.offer_new_keys,
     "poll_ack": throughput.poll_ack,

@@ -49,3 +49,23 @@ def test_older_mysql_and_mariadb_keep_values():
                              (MariaDBQueueDao, connected((10, 11, 9), mariadb=True))):
         sql = offered_update(dao_cls, dialect)
         assert "ON DUPLICATE KEY UPDATE payload = VALUES(payload)" in sql
+
+
+def test_an_update_of_several_rows_is_one_statement_whose_values_are_sent_once():
+    # the rows' VALUES groups, then the row alias where the server takes one, then one update
+    for dao_cls, dialect, alias in ((MySQLQueueDao, connected((8, 0, 36), mariadb=False), True),
+                                    (MariaDBQueueDao, connected((10, 11, 9), mariadb=True), False)):
+        dao = dao_cls(queue_table(sa.MetaData(), "dq"))
+        keys = ["a", "b", "c"]
+        conn = RecordingConnection(dialect, [[row(pkey=k, payload=b"[0]",
+                                                  scheduled_at_initially=2000) for k in keys]])
+        rows = [OfferRow(k, b"[1]", 3000 + i, True, priority=i) for i, k in enumerate(keys)]
+        dao.offer(conn, "q|json", rows, 1, "tester")
+        [(sql, values)] = [(str(s), p) for s, p in conn.executed if "DUPLICATE" in str(s)]
+        assert sql.count("ON DUPLICATE KEY UPDATE") == 1 and sql.count("%(k_") == 3
+        assert (") AS new ON DUPLICATE" in sql) is alias
+        assert sql.count("%(b_kind)s") == 3 and sql.count("%(actor)s") == 3
+        # every value is given once, by name
+        assert {values[f"k_{i}"] for i in range(3)} == set(keys)
+        assert [values[f"a_{i}"] for i in range(3)] == [3000, 3001, 3002]
+        assert (values["b_kind"], values["actor"], values["created"]) == ("q|json", "tester", 1)

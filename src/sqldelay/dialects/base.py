@@ -336,7 +336,7 @@ class QueueDao(FlowControl):
                         continue
                     raise
             if changed:
-                conn.execute(*self.update_changed(pkind, changed, now_ms, actor))
+                self.update_changed(conn, pkind, changed, now_ms, actor)
             created = {r.key for r in new}
             updated = {r.key for r in changed}
             return [OfferOutcome.CREATED if r.key in created
@@ -402,10 +402,10 @@ class QueueDao(FlowControl):
                        t.c.pkey.in_(sa.bindparam("keys", expanding=True)))
                 .with_for_update())
 
-    def update_changed(self, pkind: str, rows: Sequence[OfferRow], now_ms: int,
-                       actor: str | None) -> tuple[sa.Executable, list[dict] | None]:
+    def update_changed(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+                       now_ms: int, actor: str | None) -> None:
         """Replace existing (locked) rows: new payload and due time, lock voided, attempts
-        reset. Returns the statement and its parameters."""
+        reset."""
         t = self.table
         stmt = (sa.update(t)
                 .where(t.c.pkind == pkind, t.c.pkey == sa.bindparam("k"))
@@ -415,8 +415,8 @@ class QueueDao(FlowControl):
                         group_key=sa.bindparam("g")))
         if actor is not None:
             stmt = stmt.values(enqueued_by=actor)
-        return stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms, "r": r.priority,
-                       "g": r.group} for r in rows]
+        conn.execute(stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms, "r": r.priority,
+                             "g": r.group} for r in rows])
 
     @staticmethod
     def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int,
