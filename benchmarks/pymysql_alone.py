@@ -11,12 +11,12 @@ from C) is the driver's and the interpreter's, escaping each value into the text
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
 
+from sqldelay.dialects.mysql import named_placeholders
 from sqldelay.serializers import encode_payload
 
 from .harness import PAYLOAD, Bench
@@ -31,10 +31,9 @@ def offer(bench: Bench, queue, clients: int, batch: int,
     import pymysql
 
     dao, url = queue.dao, sa.make_url(bench.url)
-    named = copy.copy(bench.engine.dialect)
-    named.paramstyle, named.positional = "pyformat", False
     existing = str(dao.select_existing().params(b_kind="", keys=[""] * batch).compile(
-        dialect=named, compile_kwargs={"render_postcompile": True}))
+        dialect=named_placeholders(bench.engine.dialect),
+        compile_kwargs={"render_postcompile": True}))
     insert = dao.named_write(bench.engine.dialect, batch, False, False)
     payload = encode_payload(queue.serializer, PAYLOAD)
 

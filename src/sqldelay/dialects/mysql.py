@@ -29,6 +29,14 @@ _PACKET_LIMITS: weakref.WeakKeyDictionary[sa.Pool, int] = weakref.WeakKeyDiction
 _NAMED_DRIVERS = frozenset({"pymysql", "mysqldb", "asyncmy"})
 
 
+def named_placeholders(dialect: sa.Dialect) -> sa.Dialect:
+    """``dialect`` as connected (its server's version and forms), compiling %(name)s
+    placeholders."""
+    named = copy.copy(dialect)
+    named.paramstyle, named.positional = "pyformat", False
+    return named
+
+
 @compiles(QueueKey, "mysql")
 @compiles(QueueKey, "mariadb")
 def _key(type_, compiler, **kw):
@@ -299,9 +307,7 @@ class MySQLQueueDao(QueueDao):
             if by:
                 one["enqueued_by"] = sa.bindparam("actor")
             stmt = self._upsert(mysql.insert(self.table).values(one), by, update)
-            named = copy.copy(dialect)  # as connected, but for its placeholders
-            named.paramstyle, named.positional = "pyformat", False
-            sql = stmt.compile(dialect=named).string
+            sql = stmt.compile(dialect=named_placeholders(dialect)).string
             # the one row's VALUES group repeated; what the rows share follows it (the row
             # alias, where the server takes one, and the update)
             head, sep, tail = sql.partition(" ON DUPLICATE KEY UPDATE ")
