@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from sqldelay.dialects.mysql import named_placeholders
 from sqldelay.serializers import encode_payload
 
 from .harness import PAYLOAD, Bench
@@ -31,9 +30,7 @@ def offer(bench: Bench, queue, clients: int, batch: int,
     import pymysql
 
     dao, url = queue.dao, sa.make_url(bench.url)
-    existing = str(dao.select_existing().params(b_kind="", keys=[""] * batch).compile(
-        dialect=named_placeholders(bench.engine.dialect),
-        compile_kwargs={"render_postcompile": True}))
+    existing = dao.named_read(bench.engine.dialect, batch)
     insert = dao.named_write(bench.engine.dialect, batch, False, False)
     payload = encode_payload(queue.serializer, PAYLOAD)
 

@@ -219,7 +219,7 @@ def test_queues_and_payload_types_are_separate(make_queue, engine, table_name):
 def test_unicode_keys_at_the_length_limit_and_exact_key_matching(make_queue):
     queue = make_queue(serializer=StrSerializer())
     long_key = "🦄" * 199 + "é"
-    # quotes, a backslash and control characters: MariaDB's offer carries keys in JSON text
+    # quotes, a backslash and control characters, which MySQL's drivers escape into the SQL
     keys = [long_key, "Key", "key", "key ", "k%_\\", "ключ", 'q"\'', "tab\tline\nend\x01"]
     if queue.dao.name == "mssql":  # compares text ignoring trailing spaces: refuses such keys
         with pytest.raises(InvalidArgumentError, match="trailing spaces"):

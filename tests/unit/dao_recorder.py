@@ -8,6 +8,7 @@ SQL text the dialect sends (IN-lists expanded), ready to compare or to hand to s
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -128,8 +129,9 @@ def row(**values) -> SimpleNamespace:
 
 def render(stmt, params, dialect: sa.Dialect) -> str:
     """The SQL text of an executed statement (first parameter set of an executemany)."""
-    if isinstance(stmt, str):  # sent as driver SQL, compiled already
-        return " ".join(stmt.split())
+    if isinstance(stmt, str):  # sent as driver SQL, compiled already; its %(name)s
+        # placeholders (MySQL's) shown as :name, as the other statements' are
+        return " ".join(re.sub(r"%\((\w+)\)s", r":\1", stmt).split())
     many = isinstance(params, list)
     if many:
         params = params[0]

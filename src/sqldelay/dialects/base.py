@@ -322,8 +322,7 @@ class QueueDao(FlowControl):
         while True:
             existing = {
                 r.pkey: (bytes(r.payload), r.scheduled_at_initially, r.priority, r.group_key)
-                for r in conn.execute(self._existing,
-                                      {"b_kind": pkind, "keys": [r.key for r in rows]})
+                for r in self.existing_rows(conn, pkind, [r.key for r in rows])
             }
             new = [r for r in rows if r.key not in existing]
             changed = [r for r in rows
@@ -389,6 +388,10 @@ class QueueDao(FlowControl):
                 assert list(compiled.positiontup) == [row_name(c) for c in columns]
             self._insert_sql[key] = (sql, names)
         return self._insert_sql[key]
+
+    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str]) -> Iterable:
+        """The offer's locking read: the rows of ``keys`` that exist, locked."""
+        return conn.execute(self._existing, {"b_kind": pkind, "keys": keys})
 
     def select_existing(self) -> sa.Select:
         """The offer's locking read of the existing rows of the keys it offers (parameters

@@ -12,7 +12,7 @@ import copy
 import functools
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -72,7 +72,8 @@ class MySQLQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         self._acks: dict[int, sa.Delete] = {}  # by count (``acks_of``)
-        self._named_sql: dict[tuple, str] = {}  # by dialect, row count, actor (``insert_new``)
+        self._named_sql: dict[tuple, str] = {}  # by dialect, row count, … (``named_write``)
+        self._named_reads: dict[tuple, str] = {}  # by dialect, key count (``named_read``)
 
     def by_id(self, stmt: sa.Select | sa.Update, table: sa.Table,
               count: int | None = None) -> sa.Select | sa.Update:
@@ -251,6 +252,26 @@ class MySQLQueueDao(QueueDao):
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
         args = getattr(exc.orig, "args", ())
         return args[0] if args and isinstance(args[0], int) else None
+
+    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str]) -> Iterable:
+        # sent as the insert is (``_write_named``): SQLAlchemy's expanding list of keys, made
+        # at every call, cost a third of the read's client time
+        if conn.dialect.driver not in _NAMED_DRIVERS:
+            return super().existing_rows(conn, pkind, keys)
+        values = {"b_kind": pkind}
+        values.update((f"keys_{i + 1}", k) for i, k in enumerate(keys))
+        return conn.exec_driver_sql(self.named_read(conn.dialect, len(keys)), values)
+
+    def named_read(self, dialect: sa.Dialect, n: int) -> str:
+        """The SQL of ``existing_rows`` for ``n`` keys (parameters b_kind and keys_1 to
+        keys_n) through ``dialect`` as connected, compiled once."""
+        key = (type(dialect), n)
+        if key not in self._named_reads:
+            stmt = self._existing.params(b_kind="", keys=[""] * n)
+            self._named_reads[key] = str(stmt.compile(
+                dialect=named_placeholders(dialect),
+                compile_kwargs={"render_postcompile": True}))
+        return self._named_reads[key]
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int, actor: str | None) -> None:
