@@ -84,6 +84,20 @@ def test_one_message_per_group_in_flight_taken_in_order(make_queue, clock):
     assert [e.key for e in queue.poll_many(10)] == ["o8-0"]
 
 
+def test_a_message_put_off_lets_its_group_go_on_and_goes_first_once_due_again(make_queue,
+                                                                              clock):
+    queue = make_queue(acquire_timeout=30 * S)
+    queue.offer_many([Message(f"k{i}", i, clock.now() - (5 - i) * S, group="g")
+                      for i in range(3)])
+    first = queue.poll()
+    assert first.key == "k0" and first.release(delay=10 * S) is True
+    nxt = queue.poll_many(10)  # the group's next due message goes meanwhile
+    assert [e.key for e in nxt] == ["k1"] and nxt[0].ack() is True
+    clock.advance(11 * S)  # k0 is due again: ahead of k2, due earlier, by its first due time
+    again = queue.poll_many(10)
+    assert [(e.key, e.attempt) for e in again] == [("k0", 2)]
+
+
 def test_a_group_whose_holder_vanished_resumes_when_the_lock_expires(make_queue, clock):
     queue = make_queue(acquire_timeout=30 * S)
     queue.offer_many([Message(f"k{i}", i, clock.now() - (5 - i) * S, group="g") for i in range(2)])
