@@ -650,14 +650,25 @@ class _Checked:
         kept: list[OfferRow] | None = []
         kept_bytes = 0
         self.has_groups = False
+        # the messages of a call often share one due time: the same datetime is converted once
+        last_when, last_at = None, now
         for index, message in enumerate(messages):
             if not isinstance(message, Message):
                 raise InvalidArgumentError(
                     f"offer_many takes Message objects; item {index} is "
                     f"{type(message).__name__}")
             queue.check_key(message.key)
-            at = now if message.at is None else to_ms(message.at, "at")
-            check_priority(message.priority)
+            when = message.at
+            if when is None:
+                at = now
+            elif when is last_when:
+                at = last_at
+            else:
+                at = last_at = to_ms(when, "at")
+                last_when = when
+            priority = message.priority
+            if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+                check_priority(priority)  # the full check: it refuses what it must
             if message.group is not None:
                 check_text(message.group, "group", KEY_LENGTH)
                 self.has_groups = True
