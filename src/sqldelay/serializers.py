@@ -32,12 +32,26 @@ class JsonSerializer:
     # was half the cost of encoding a small payload
     _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                                 allow_nan=False)
+    # and the C encoder under it, also built once: JSONEncoder.encode builds one per call,
+    # with a dict to find circular references in, which was two thirds of the cost of
+    # encoding {"job": "noop"} (1.3 µs, 0.45 µs this way; same bytes). Without that dict a
+    # payload that contains itself fails on the recursion limit, refused below all the same.
+    # (None where the interpreter has no C encoder.)
+    _c_encoder = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
+        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False,
+        False)
 
     def encode(self, payload: Any) -> bytes:
         try:
-            text = self._encoder.encode(payload)
+            if self._c_encoder is None or isinstance(payload, str):
+                text = self._encoder.encode(payload)
+            else:
+                text = "".join(self._c_encoder(payload, 0))
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload is not JSON-serializable: {exc}") from exc
+        except RecursionError as exc:
+            raise PayloadError("payload is not JSON-serializable: it contains itself, or is "
+                               "nested deeper than the recursion limit") from exc
         return text.encode("utf-8")
 
     def decode(self, data: bytes) -> Any:

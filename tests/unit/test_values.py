@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -49,6 +50,23 @@ def test_json_is_canonical_so_equal_objects_compare_equal():
     s = JsonSerializer()
     assert s.encode({"b": 1, "a": [1, "ü"]}) == s.encode({"a": [1, "ü"], "b": 1})
     assert s.decode(s.encode({"a": [1, "ü"]})) == {"a": [1, "ü"]}
+
+
+@pytest.mark.parametrize("payload", [
+    {"b": 1, "a": [1, 2.5, None, True, "é\u2028\"q\\"]}, [{"z": {}, "y": []}, -0.0],
+    {"big": 10**30, "n": {2: "two", 1: "one"}}, "text", 7, None,
+])
+def test_json_bytes_are_those_json_dumps_gives(payload):
+    # messages stored by earlier versions compare equal to the same payload offered again
+    assert JsonSerializer().encode(payload) == json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def test_a_payload_that_contains_itself_is_refused():
+    loop: dict = {}
+    loop["again"] = loop
+    with pytest.raises(PayloadError, match="contains itself"):
+        JsonSerializer().encode(loop)
 
 
 @pytest.mark.parametrize("serializer, bad", [
