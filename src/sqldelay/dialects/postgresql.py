@@ -50,6 +50,18 @@ _UNANALYZED_BYTES = 4 << 20
 _CTID = sa.literal_column("ctid")
 
 
+class _IdList(sa.types.TypeDecorator):
+    """A list of message ids sent as one array literal ('{1,2,3}'), cast to BIGINT[] in the
+    statement: the drivers encode a list parameter element by element in Python, 13% of an
+    ack_many of 100's client time."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return "{" + ",".join(map(str, map(int, value))) + "}"
+
+
 class PostgresQueueDao(QueueDao):
     name = "postgresql"
     offer_chunk = 5000
@@ -81,7 +93,8 @@ class PostgresQueueDao(QueueDao):
         # batch, so psycopg parses it once and the server can prepare it; and its plan probes
         # the primary key (a list of 100 ids on a table without statistics was planned as a
         # scan of the whole queue: 5 ms to mark a grouped claim's 100 messages claimed)
-        return self.table.c.id == sa.any_(sa.bindparam("ids", type_=pg.ARRAY(sa.BigInteger)))
+        return self.table.c.id == sa.any_(
+            sa.cast(sa.bindparam("ids", type_=_IdList()), pg.ARRAY(sa.BigInteger)))
 
     def _claim_statement(self, where: tuple[str, ...], by: bool = False) -> sa.Update:
         """One statement: a MATERIALIZED CTE picks due ids FOR UPDATE SKIP LOCKED (materialized
