@@ -357,7 +357,11 @@ class FlowControl:
     def _walk(self) -> sa.Select:
         """The grouped claim's first read (parameters b_kind, b_now and walk, how many)."""
         t = self.table
-        return (sa.select(t.c.group_key, self._group_known.label("known"))
+        # whether the group has a row, as 1 or 0: SQL Server and Oracle before 23ai take no
+        # condition (EXISTS) as a value in a select list
+        known = sa.case((self._group_known, sa.literal_column("1")),
+                        else_=sa.literal_column("0"))
+        return (sa.select(t.c.group_key, known.label("known"))
                 .where(t.c.pkind == sa.bindparam("b_kind"),
                        t.c.scheduled_at <= sa.bindparam("b_now"), ~self._busy_group)
                 .order_by(*claim_order(t)).limit(sa.bindparam("walk", type_=sa.Integer)))
