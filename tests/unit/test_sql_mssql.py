@@ -182,8 +182,8 @@ def test_flow_control_statements_parse(dao):
     locks = [s for s in statements if "dq_groups" in s and s.startswith("SELECT")]
     assert any("WITH (UPDLOCK, ROWLOCK, READPAST)" in s for s in locks)  # SKIP LOCKED
     assert not any("FOR UPDATE" in s for s in statements)
-    # a condition is no value in a select list here (before Oracle 23ai): the walk reads
-    # whether a group has its row as 1 or 0
+    # a condition is no value in a T-SQL select list: the walk reads whether a group has its
+    # row as 1 or 0
     walks = [s for s in statements if " AS known" in s]
     assert walks and all("END AS known" in s for s in walks)
 

@@ -62,6 +62,13 @@ def test_json_bytes_are_those_json_dumps_gives(payload):
         payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def test_json_written_otherwise_is_still_read():
+    # JSON in UTF-16, or with a byte order mark, as json.loads reads it
+    s = JsonSerializer()
+    assert s.decode('{"a": ["ü"]}'.encode("utf-16")) == {"a": ["ü"]}
+    assert s.decode(b'\xef\xbb\xbf {"a": 1} ') == {"a": 1}
+
+
 def test_a_payload_that_contains_itself_is_refused():
     loop: dict = {}
     loop["again"] = loop
