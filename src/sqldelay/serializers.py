@@ -23,6 +23,20 @@ class Serializer(Protocol):
     def decode(self, data: bytes) -> Any: ...
 
 
+def _c_encoder_for(encoder: json.JSONEncoder) -> Any:
+    """The C encoder JSONEncoder.encode builds for ``encoder`` (compact, keys sorted, no NaN,
+    not ASCII-only), without the dict it finds circular references with; None where this
+    interpreter builds none."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        return make(None, encoder.default, json.encoder.encode_basestring, None, ":", ",",
+                    True, False, False)
+    except TypeError:  # an interpreter whose C encoder takes other arguments
+        return None
+
+
 class JsonSerializer:
     """JSON with sorted keys: equal objects encode to equal bytes, so offer can tell 'unchanged'."""
 
@@ -36,10 +50,8 @@ class JsonSerializer:
     # with a dict to find circular references in, which was two thirds of the cost of
     # encoding {"job": "noop"} (1.3 µs, 0.45 µs this way; same bytes). Without that dict a
     # payload that contains itself fails on the recursion limit, refused below all the same.
-    # (None where the interpreter has no C encoder.)
-    _c_encoder = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
-        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False,
-        False)
+    # (None where the interpreter has no C encoder, or one that takes other arguments.)
+    _c_encoder = _c_encoder_for(_encoder)
 
     def encode(self, payload: Any) -> bytes:
         try:

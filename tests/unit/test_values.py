@@ -69,6 +69,20 @@ def test_json_written_otherwise_is_still_read():
     assert s.decode(b'\xef\xbb\xbf {"a": 1} ') == {"a": 1}
 
 
+def test_json_is_the_same_where_the_c_encoder_cannot_be_built(monkeypatch):
+    from sqldelay import serializers
+
+    def other_arguments(*args):
+        raise TypeError("takes other arguments")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(serializers.json.encoder, "c_make_encoder", other_arguments)
+        built = serializers._c_encoder_for(JsonSerializer._encoder)
+    assert built is None
+    monkeypatch.setattr(JsonSerializer, "_c_encoder", built)  # JSONEncoder.encode does it all
+    assert JsonSerializer().encode({"b": [1], "a": "ü"}) == '{"a":"ü","b":[1]}'.encode()
+
+
 def test_a_payload_that_contains_itself_is_refused():
     loop: dict = {}
     loop["again"] = loop
