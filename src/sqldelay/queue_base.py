@@ -666,9 +666,7 @@ class _Checked:
             else:
                 at = last_at = to_ms(when, "at")
                 last_when = when
-            priority = message.priority
-            if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-                check_priority(priority)  # the full check: it refuses what it must
+            check_priority(message.priority)
             if message.group is not None:
                 check_text(message.group, "group", KEY_LENGTH)
                 self.has_groups = True
