@@ -509,7 +509,7 @@ class QueueDao(FlowControl):
         RETURNING and OUTPUT give them in none of their own."""
         values = self.claim_values(pkind, now_ms, limit, lock, until_ms, actor)
         return in_claim_order(row(r) for r in conn.execute(
-            self._claim_statement(tuple(where), actor is not None), values))
+            self._claim_statement(tuple(where), actor is not None), values).all())
 
     @staticmethod
     def claim_values(pkind: str, now_ms: int, limit: int, lock: str, until_ms: int,

@@ -396,7 +396,7 @@ class PostgresQueueDao(QueueDao):
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
                   "loose": loose, "group_names": self._listed(won)}
         return in_claim_order(ClaimedRow(*r) for r in
-                              conn.execute(self._heads_claim(actor is not None), values))
+                              conn.execute(self._heads_claim(actor is not None), values).all())
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
@@ -579,7 +579,7 @@ class PostgresQueueDao(QueueDao):
             sql, constants, order = self._offer_sql(conn.dialect, update, actor is not None)
             values = {**constants, **params}
             bound = values if order is None else tuple(values[name] for name in order)
-            for key, inserted, _ in conn.exec_driver_sql(sql, bound):
+            for key, inserted, _ in conn.exec_driver_sql(sql, bound).all():
                 outcome[key] = OfferOutcome.CREATED if inserted else OfferOutcome.UPDATED
         return [outcome.get(r.key, OfferOutcome.IGNORED) for r in rows]
 
