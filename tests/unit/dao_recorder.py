@@ -50,7 +50,7 @@ class FakeResult:
         return None if first is None else first[0]
 
     def scalars(self):
-        return [r[0] for r in self._rows]
+        return FakeResult([r[0] for r in self._rows], self.rowcount)
 
 
 class FakeCursor:
@@ -153,11 +153,11 @@ def parses(sql: str, grammar: str) -> bool:
     return len(parsed) == 1 and parsed[0] is not None
 
 
-# a queue under every control at once: groups, a rate limit with tokens left, a cap
-SETTINGS_ROW = row(paused=0, has_groups=1, rate_limit=10, rate_period_ms=1000, tokens_milli=5000,
-                   refilled_at=0, max_in_flight=3)
-RATE_ROW = row(paused=0, has_groups=0, rate_limit=10, rate_period_ms=1000, tokens_milli=5000,
-               refilled_at=0, max_in_flight=None)
+# settings rows as their read returns them: paused, has_groups, rate_limit, rate_period_ms,
+# tokens_milli, refilled_at, max_in_flight.
+# A queue under every control at once: groups, a rate limit with tokens left, a cap
+SETTINGS_ROW = (0, 1, 10, 1000, 5000, 0, 3)
+RATE_ROW = (0, 0, 10, 1000, 5000, 0, None)  # a rate limit alone
 
 
 def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, object, object]]:
@@ -182,13 +182,13 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     absent = [[]] if postgres else [[], []]
     # the walk meets group g1, whose row is not made yet, and an ungrouped message; PostgreSQL
     # turns bitmap reads off around it (in the caller's transaction: off, then back on)
-    walked = [row(group_key="g1", known=False), row(group_key=None, known=False)]
+    walked = [("g1", 0), (None, 0)]  # group_key, known
     walk = [[("on", "off")], walked, []] if postgres else [walked]
     # PostgreSQL claims the heads and the ungrouped messages, and marks them, in one statement
     heads = [[claimed]] if postgres else [[claimed], []]
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
         [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], *walk, *absent,
-        [("g1",)] if postgres else [row(group_key="g1")], *heads])
+        [("g1",)], *heads])
     # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
     # statement where the dialect can; elsewhere the settings read, the plain claim, and the
     # bucket refilled and charged by one conditional UPDATE

@@ -373,9 +373,9 @@ class PostgresQueueDao(QueueDao):
         # further on is made when a later claim reaches it.
         if absent := sorted(n for n in list(groups)[:limit] if not groups[n]):
             self.insert_absent(conn, self.groups, pkind, [{"group_key": n} for n in absent])
-        return list(conn.execute(self._win_groups, {
+        return conn.execute(self._win_groups, {
             "b_kind": pkind, "b_now": now_ms, "limit": limit,
-            "group_names": self._listed(groups)}).scalars())
+            "group_names": self._listed(groups)}).scalars().all()
 
     @functools.cached_property
     def _win_groups(self) -> sa.Select:
