@@ -122,9 +122,10 @@ class RecordingConnection:
         return cursor
 
 
-def row(**values) -> SimpleNamespace:
-    """A result row with the given columns (priority 0 and no group unless given)."""
-    return SimpleNamespace(**{"priority": 0, "group_key": None, **values})
+def existing_row(pkey: str, payload: bytes, scheduled_at_initially: int, priority: int = 0,
+                 group_key: str | None = None) -> tuple:
+    """A row of the offer's read of existing messages, its columns in the read's order."""
+    return (pkey, payload, scheduled_at_initially, priority, group_key)
 
 
 def render(stmt, params, dialect: sa.Dialect) -> str:

@@ -21,11 +21,11 @@ from sqldelay.schema import queue_table, schema_tables
 from .dao_recorder import (
     RecordingConnection,
     ddl,
+    existing_row,
     flow_recordings,
     history_recordings,
     parses,
     render,
-    row,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -59,8 +59,8 @@ def emitted(name: str) -> list[tuple[str, str]]:
         out.extend((f"{label} {i}", render(stmt, params, dialect))
                    for i, (stmt, params) in enumerate(conn.executed))
 
-    existing = [row(pkey="changed", payload=b"[0]", scheduled_at_initially=2000),
-                row(pkey="kept", payload=b"[9]", scheduled_at_initially=3000)]
+    existing = [existing_row(pkey="changed", payload=b"[0]", scheduled_at_initially=2000),
+                existing_row(pkey="kept", payload=b"[9]", scheduled_at_initially=3000)]
     if name == "postgresql":  # one statement per update flag, each answering with its keys
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[], [("new", True, None)]])
     else:

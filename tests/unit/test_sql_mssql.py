@@ -23,11 +23,11 @@ from sqldelay.schema import dead_letter_table, queue_table
 from .dao_recorder import (
     RecordingConnection,
     ddl,
+    existing_row,
     flow_recordings,
     history_recordings,
     parses,
     render,
-    row,
 )
 
 DIALECT = mssql.dialect()
@@ -96,8 +96,8 @@ def test_dead_letter_ddl_holds_2000_characters_of_any_text(dao):
 
 def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
     conn = RecordingConnection(DIALECT, results=[
-        [row(pkey="same", payload=b"p", scheduled_at_initially=10),
-         row(pkey="moved", payload=b"p", scheduled_at_initially=10)],
+        [existing_row(pkey="same", payload=b"p", scheduled_at_initially=10),
+         existing_row(pkey="moved", payload=b"p", scheduled_at_initially=10)],
     ])
     rows = [OfferRow("new", b"p", 10, True), OfferRow("same", b"p", 10, True),
             OfferRow("moved", b"p", 20, True)]

@@ -320,9 +320,9 @@ class QueueDao(FlowControl):
         error undoes only that statement on these databases, and the round starts again.
         """
         while True:
-            existing = {
-                r.pkey: (bytes(r.payload), r.scheduled_at_initially, r.priority, r.group_key)
-                for r in self.existing_rows(conn, pkind, [r.key for r in rows])
+            existing = {  # by position: a Row's attributes cost more, five a row
+                key: (bytes(payload), at, priority, group) for key, payload, at, priority, group
+                in self.existing_rows(conn, pkind, [r.key for r in rows])
             }
             new = [r for r in rows if r.key not in existing]
             changed = [r for r in rows
