@@ -151,6 +151,34 @@ def test_an_ungrouped_message_behind_a_long_group_is_claimed_beside_its_head(mak
     assert [e.key for e in queue.poll_many(10)] == ["a000", "late"]
 
 
+def test_a_group_met_for_the_first_time_keeps_its_place_in_claim_order(make_queue, clock):
+    # a claim that meets a group without a row yet makes the row; the group's head must still
+    # go before the later messages of groups that have one
+    queue = make_queue(acquire_timeout=30 * S)
+    now = clock.now()
+    queue.offer_many([Message(f"old{i}", i, now - 10 * S, group="old") for i in range(2)])
+    first = queue.poll()
+    assert first.key == "old0" and first.ack() is True  # "old" has its row, free again
+    queue.offer("new", 0, at=now - 5 * S, priority=1, group="new")
+    assert [e.key for e in queue.poll_many(1)] == ["new"]
+    assert [e.key for e in queue.poll_many(1)] == ["old1"]
+
+
+def test_controls_set_beside_groups_since_the_last_claim_hold_at_once(make_queue, clock):
+    queue = make_queue()
+    other = make_queue(queue.name)  # another object of the same queue, as another process
+    queue.offer_many([Message(f"{g}{i}", i, clock.now() - (5 - i) * S, group=g)
+                      for g in ("x", "y", "z") for i in range(2)])
+    assert [e.key for e in queue.poll_many(1)] == ["x0"]  # claimed as a grouped queue
+    other.pause()
+    assert queue.poll_many(10) == []
+    other.resume()
+    other.set_concurrency_limit(2)
+    assert [e.key for e in queue.poll_many(10)] == ["y0"]  # x0 and y0 in flight: the cap
+    other.set_concurrency_limit(None)
+    assert [e.key for e in queue.poll_many(10)] == ["z0"]
+
+
 def test_a_group_keeps_its_row_while_it_has_messages_and_drops_it_with_the_last(
         make_queue, engine, table_name, clock):
     queue = make_queue(acquire_timeout=30 * S)

@@ -190,6 +190,11 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
         [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], *walk, *absent,
         [("g1",)], *heads])
+    if dao.groups_in_claim:  # a queue with groups alone, so at its last claim: one statement
+        grouped = Control(False, True, None, None, None, None, None)
+        record("grouped claim", lambda c: dao.claim_checked(
+            c, kind, 100, 10, "L", 400, last=grouped, optimistic=True),
+            [[], [claimed]])  # bitmap reads off for the transaction, then the claim
     # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
     # statement where the dialect can; elsewhere the settings read, the plain claim, and the
     # bucket refilled and charged by one conditional UPDATE

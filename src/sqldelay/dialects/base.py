@@ -456,10 +456,15 @@ class QueueDao(FlowControl):
         learn why); what is claimed never rests on it. ``optimistic``: see
         ``claim_controlled``."""
         bucketed = last is not None and self._bucketed(last)
+        grouped = last is not None and self._grouped(last)
         if last is None or bucketed:
             rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms,
                                     ("bucket",) if bucketed else ("guard",), actor)
             if rows:
+                return rows, last
+        elif grouped:
+            if rows := self.claim_groups(conn, pkind, now_ms, limit, lock, until_ms, actor,
+                                         optimistic):
                 return rows, last
         elif optimistic and self.on_credit(last, now_ms, limit):
             if rows := self.claim_on_credit(conn, pkind, now_ms, limit, lock, until_ms, actor):
@@ -475,6 +480,11 @@ class QueueDao(FlowControl):
             return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("bucket",),
                                     actor), control
         self.require_transaction(conn)
+        if self._grouped(control):
+            if grouped:  # claimed in one statement just now: nothing it could take
+                return [], control
+            return self.claim_groups(conn, pkind, now_ms, limit, lock, until_ms, actor,
+                                     optimistic), control
         return self.claim_controlled(conn, pkind, control, now_ms, limit, lock, until_ms,
                                      actor, optimistic=optimistic), control
 
@@ -487,6 +497,10 @@ class QueueDao(FlowControl):
         """Whether the claim of a queue whose flow control is ``control`` (None: none) sends
         only statements that are each atomic alone, so it may run in autocommit."""
         return self.claim_is_one_statement and (control is None or self._bucketed(control))
+
+    def _grouped(self, control: Control) -> bool:
+        """Whether the queue is claimed by the one-statement grouped claim."""
+        return self.groups_in_claim and control.groups_only
 
     def _bucketed(self, control: Control) -> bool:
         """Whether the queue is claimed by the claim statement that charges its bucket."""

@@ -85,6 +85,11 @@ class Control:
         return self.paused or self.has_groups or self.limits
 
     @property
+    def groups_only(self) -> bool:
+        """Groups and no other control."""
+        return self.has_groups and not self.paused and not self.limits
+
+    @property
     def rate_only(self) -> bool:
         """A rate limit and no other control."""
         return (self.rate_limit is not None and self.max_in_flight is None and not self.paused
@@ -129,6 +134,9 @@ class FlowControl:
     # claiming a queue with a rate limit alone and charging its bucket, the settings row
     # locked only while it runs; elsewhere that claim takes a transaction (``optimistic``)
     bucket_in_claim: ClassVar[bool] = False
+    # the dialect claims a queue whose only control is its groups in one statement
+    # (``claim_groups``); elsewhere that claim takes several (``_claim_grouped``)
+    groups_in_claim: ClassVar[bool] = False
 
     def _init_flow(self) -> None:
         t = self.table
@@ -256,6 +264,14 @@ class FlowControl:
             return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
                                        own_transaction)
         return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, (), actor)
+
+    def claim_groups(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                     lock: str, until_ms: int, actor: str | None,
+                     own_transaction: bool) -> list:
+        """The claim of a queue whose only control is its groups, where ``groups_in_claim``:
+        as ``_claim_grouped`` does it, in one statement that claims nothing where the queue
+        has gained a pause or a limit since."""
+        raise NotImplementedError(f"{type(self).__name__} sets no groups_in_claim")
 
     def _charge(self, conn: sa.Connection, pkind: str, count: int, now_ms: int) -> bool:
         """Spend ``count`` tokens of the bucket as it stands now; False (nothing changed)

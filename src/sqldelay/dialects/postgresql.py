@@ -87,6 +87,7 @@ class PostgresQueueDao(QueueDao):
         self._unnest_inserts: dict[tuple, sa.Insert] = {}
         self._claims: dict[tuple[tuple[str, ...], bool], sa.Update] = {}
         self._heads_claims: dict[bool, sa.Select] = {}
+        self._groups_claims: dict[bool, sa.CompoundSelect] = {}
 
     def ids_listed(self) -> sa.ColumnElement[bool]:
         # one array parameter instead of an IN-list: the statement text is the same for any
@@ -329,7 +330,7 @@ class PostgresQueueDao(QueueDao):
         # subplan, probed through its index once per row, whatever the statistics say.
         return stmt.offset(0)
 
-    def walk(self, conn: sa.Connection, stmt: sa.Select, params: dict,
+    def walk(self, conn: sa.Connection, stmt: sa.Executable, params: dict,
              own_transaction: bool) -> Sequence:
         # On a table without statistics (a new queue) the planner costs the walk of the claim
         # index and a bitmap read of every due message, then sorted, about the same, and
@@ -345,6 +346,24 @@ class PostgresQueueDao(QueueDao):
         rows = conn.execute(stmt, params).all()
         conn.execute(sa.select(sa.func.set_config("enable_bitmapscan", was, True)))
         return rows
+
+    groups_in_claim = True
+
+    def claim_groups(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                     lock: str, until_ms: int, actor: str | None,
+                     own_transaction: bool) -> list[ClaimedRow]:
+        # The statement walks as ``walk`` does (bitmap reads off). Where the walk met groups
+        # without a row, it makes their rows and claims nothing; the portable claim then runs
+        # in the same transaction, which knows those rows (so it takes the new groups' heads
+        # in their place in claim order, rather than later groups before them).
+        self.require_transaction(conn)
+        values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
+                  "walk": limit * 4 + 16}
+        rows = self.walk(conn, self._groups_claim(actor is not None), values, own_transaction)
+        if rows and rows[0][0] is None:
+            return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
+                                       own_transaction)
+        return in_claim_order(ClaimedRow(*r) for r in rows)
 
     # A list of group names in one condition (group_key IN (…)) was planned, on a groups
     # table without statistics, as a read of every group row of the queue, each compared
@@ -407,38 +426,104 @@ class PostgresQueueDao(QueueDao):
 
     def _heads_claim(self, by: bool) -> sa.Select:
         if by not in self._heads_claims:
-            t, g = self.table, self.groups
-            kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
-            until, lock = sa.bindparam("until"), sa.bindparam("lock")
-            n = self._names()
-            columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
-            head = (sa.select(*columns)
-                    .where(t.c.pkind == kind, t.c.group_key == n.c.k, t.c.scheduled_at <= now)
-                    .order_by(*group_order(t)).limit(1).with_for_update().lateral("head"))
-            heads = sa.select(*head.c).select_from(n).join(head, sa.true()).cte("heads")
-            loose = (sa.select(*columns)
-                     .where(t.c.pkind == kind, t.c.scheduled_at <= now, t.c.group_key.is_(None))
-                     .order_by(*claim_order(t))
-                     .limit(sa.bindparam("loose", type_=sa.Integer))
-                     .with_for_update(skip_locked=True)
-                     .cte("loose").prefix_with("MATERIALIZED"))
-            both = sa.union_all(sa.select(*heads.c), sa.select(*loose.c)).subquery("both")
-            picked = (sa.select(*both.c)
-                      .order_by(both.c.priority.desc(), both.c.scheduled_at, both.c.id)
-                      .limit(sa.bindparam("limit", type_=sa.Integer))
-                      .cte("picked").prefix_with("MATERIALIZED"))
-            # the ids as an array too, and the groups' rows found by name one at a time and
-            # updated by their row ids: joining the CTEs (estimated at a hundred rows on
-            # tables without statistics) was planned as a scan of every message and of every
-            # group row
-            ids = sa.func.array(sa.select(picked.c.id).scalar_subquery())
-            claimed = self._mark_picked(picked, by, t.c.id == sa.any_(ids),
-                                        t.c.id == picked.c.id).cte("claimed")
-            marked = (sa.update(g).where(_CTID == sa.any_(self._group_rows(claimed.c.group_key)))
-                      .values(claimed_until=until, lock_uuid=lock)
-                      .cte("marked"))
+            claimed, marked = self._claim_of(self._names(),
+                                             sa.bindparam("loose", type_=sa.Integer), by)
             self._heads_claims[by] = sa.select(*claimed.c).add_cte(marked)
         return self._heads_claims[by]
+
+    def _claim_of(self, n: sa.FromClause, loose_limit: sa.ColumnElement[int],
+                  by: bool) -> tuple[sa.CTE, sa.CTE]:
+        """The CTEs that claim the first due message of each group named by ``n.c.k`` (locked
+        by the statement already) and up to ``loose_limit`` ungrouped messages, mark the first
+        ``limit`` of them in claim order claimed, and their groups too: "claimed" returns the
+        messages as ``_mark_picked`` does, "marked" updates the groups."""
+        t, g = self.table, self.groups
+        kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
+        until, lock = sa.bindparam("until"), sa.bindparam("lock")
+        columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
+        head = (sa.select(*columns)
+                .where(t.c.pkind == kind, t.c.group_key == n.c.k, t.c.scheduled_at <= now)
+                .order_by(*group_order(t)).limit(1).with_for_update().lateral("head"))
+        heads = sa.select(*head.c).select_from(n).join(head, sa.true()).cte("heads")
+        loose = (sa.select(*columns)
+                 .where(t.c.pkind == kind, t.c.scheduled_at <= now, t.c.group_key.is_(None))
+                 .order_by(*claim_order(t))
+                 .limit(loose_limit)
+                 .with_for_update(skip_locked=True)
+                 .cte("loose").prefix_with("MATERIALIZED"))
+        both = sa.union_all(sa.select(*heads.c), sa.select(*loose.c)).subquery("both")
+        picked = (sa.select(*both.c)
+                  .order_by(both.c.priority.desc(), both.c.scheduled_at, both.c.id)
+                  .limit(sa.bindparam("limit", type_=sa.Integer))
+                  .cte("picked").prefix_with("MATERIALIZED"))
+        # the ids as an array too, and the groups' rows found by name one at a time and
+        # updated by their row ids: joining the CTEs (estimated at a hundred rows on
+        # tables without statistics) was planned as a scan of every message and of every
+        # group row
+        ids = sa.func.array(sa.select(picked.c.id).scalar_subquery())
+        claimed = self._mark_picked(picked, by, t.c.id == sa.any_(ids),
+                                    t.c.id == picked.c.id).cte("claimed")
+        marked = (sa.update(g).where(_CTID == sa.any_(self._group_rows(claimed.c.group_key)))
+                  .values(claimed_until=until, lock_uuid=lock)
+                  .cte("marked"))
+        return claimed, marked
+
+    def _groups_claim(self, by: bool) -> sa.CompoundSelect:
+        """The claim of a queue whose only control is its groups, in one statement: the
+        portable grouped claim's walk, its lock of the free groups and its claim of their
+        heads and of the ungrouped messages (``_claim_grouped``), as CTEs. It returns the
+        claimed rows; or, where the walk met groups that have no row yet, makes their rows,
+        claims nothing and returns one row of NULLs (the rows it makes are not its own to
+        lock, and the groups after them in claim order must not go first). Where the
+        queue's settings hold more than groups now (a pause, a limit), it claims nothing."""
+        if by not in self._groups_claims:
+            t, g, s = self.table, self.groups, self.settings
+            kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
+            limit, walked = (sa.bindparam(name, type_=sa.Integer) for name in ("limit", "walk"))
+            zero, one = sa.literal_column("0"), sa.literal_column("1")
+            groups_only = sa.exists().where(
+                s.c.pkind == kind, s.c.has_groups != zero, s.c.paused == zero,
+                s.c.rate_limit.is_(None), s.c.max_in_flight.is_(None))
+            walk = (sa.select(t.c.group_key,
+                              sa.case((self._group_known, one), else_=zero).label("known"),
+                              sa.func.row_number().over(order_by=claim_order(t)).label("pos"))
+                    .where(t.c.pkind == kind, t.c.scheduled_at <= now, ~self._busy_group,
+                           groups_only)
+                    .order_by(*claim_order(t)).limit(walked)
+                    .cte("walk").prefix_with("MATERIALIZED"))
+            new = (sa.select(sa.bindparam("b_kind", type_=g.c.pkind.type), walk.c.group_key)
+                   .where(walk.c.known == zero, walk.c.group_key.is_not(None)))
+            # sorted, as the portable claim makes them, so concurrent claims wait in one order
+            made = (pg.insert(g).from_select(["pkind", "group_key"],
+                                             new.distinct().order_by(walk.c.group_key))
+                    .on_conflict_do_nothing().cte("made"))
+            met_new = new.exists()
+            # each free group once, at its first place in the walk, locked in claim order
+            # until ``limit`` are won (SKIP LOCKED: another claim holds the rest)
+            first = (sa.select(walk.c.group_key.label("k"))
+                     .where(walk.c.known == one, ~met_new).group_by(walk.c.group_key)
+                     .order_by(sa.func.min(walk.c.pos)).subquery("first"))
+            free = (sa.select(g.c.group_key)
+                    .where(g.c.pkind == kind, g.c.group_key == first.c.k,
+                           g.c.claimed_until.is_(None) | (g.c.claimed_until <= now))
+                    .with_for_update(skip_locked=True).lateral("free"))
+            won = (sa.select(free.c.group_key.label("k")).select_from(first)
+                   .join(free, sa.true()).limit(limit).cte("won").prefix_with("MATERIALIZED"))
+            # the ungrouped messages as the portable claim wants them: all it may take where
+            # the walk saw one, the room the groups leave where the walk was cut short, none
+            # otherwise (a queue of groups alone is not walked again to find none)
+            seen = sa.select(sa.func.count()).select_from(walk).scalar_subquery()
+            taken = sa.select(sa.func.count()).select_from(won).scalar_subquery()
+            loose = sa.case(
+                (met_new, 0),
+                (sa.select(walk.c.pos).where(walk.c.group_key.is_(None)).exists(), limit),
+                (seen == walked, limit - taken),
+                else_=0)
+            claimed, marked = self._claim_of(won, loose, by)
+            signal = sa.select(*(sa.cast(sa.null(), c.type) for c in claimed.c)).where(met_new)
+            self._groups_claims[by] = sa.union_all(
+                sa.select(*claimed.c).add_cte(marked), signal.add_cte(made))
+        return self._groups_claims[by]
 
     ack_frees_in_one = True
 
