@@ -182,9 +182,10 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     postgres = dao.name == "postgresql"
     absent = [[]] if postgres else [[], []]
     # the walk meets group g1, whose row is not made yet, and an ungrouped message; PostgreSQL
-    # turns bitmap reads off around it (in the caller's transaction: off, then back on)
+    # turns bitmap and sequential reads off around it (in the caller's transaction: off, then
+    # back on)
     walked = [("g1", 0), (None, 0)]  # group_key, known
-    walk = [[("on", "off")], walked, []] if postgres else [walked]
+    walk = [[("on", "on", "off", "off")], walked, []] if postgres else [walked]
     # PostgreSQL claims the heads and the ungrouped messages, and marks them, in one statement
     heads = [[claimed]] if postgres else [[claimed], []]
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
@@ -194,7 +195,7 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         grouped = Control(False, True, None, None, None, None, None)
         record("grouped claim", lambda c: dao.claim_checked(
             c, kind, 100, 10, "L", 400, last=grouped, optimistic=True),
-            [[], [claimed]])  # bitmap reads off for the transaction, then the claim
+            [[], [claimed]])  # planner settings for the transaction, then the claim
     # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
     # statement where the dialect can; elsewhere the settings read, the plain claim, and the
     # bucket refilled and charged by one conditional UPDATE
