@@ -47,7 +47,8 @@ _ARRAYS = ("keys", "payloads", "ats", "priorities", "groups")  # the offer's arr
 # messages take 4.4 MB; below it a claim's read of every due message costs a few ms at most)
 _UNANALYZED_BYTES = 4 << 20
 # the planner settings of a grouped claim's transaction (``walk``)
-_WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off"}
+_WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off",
+                  "jit": "off"}
 # a row's physical address: rows this transaction has locked keep it until it changes them
 _CTID = sa.literal_column("ctid")
 
@@ -334,14 +335,17 @@ class PostgresQueueDao(QueueDao):
 
     def walk(self, conn: sa.Connection, stmt: sa.Executable, params: dict,
              own_transaction: bool) -> Sequence:
-        # On a table without statistics (a new queue) the planner costs the walk of the claim
-        # index and a bitmap read of every due message, then sorted, about the same, and
-        # takes the bitmap once the indexes have grown: 50-120 ms a grouped claim at 20,000
-        # due, against 2-7 ms for the walk. And it updates the claimed groups' rows, named by
-        # their row ids, through a read of every group row of the queue rather than by those
-        # ids (2 ms against 0.9 ms at 1,000 groups, and growing with them). Bitmap and
-        # sequential reads are turned off for the claim's transaction (in a caller's
-        # transaction, only for this statement).
+        # On a table without statistics (a new queue), or one that has grown, the planner
+        # takes the due messages for a handful and reads them all, through a bitmap or the
+        # due index, then sorts them, where the walk of the claim index reads a few hundred:
+        # 50-120 ms a grouped claim at 20,000 due, against 2-7 ms for the walk. It also
+        # updates the claimed groups' rows, named by their row ids, through a read of every
+        # group row of the queue (2 ms at 1,000 groups against 0.9 ms by id, and growing with
+        # them). So bitmap reads, sequential reads and sorts are off for the claim's
+        # transaction (in a caller's transaction, only for this statement), and JIT too: a
+        # plan that cannot do without a sort still has one, but its cost passes JIT's
+        # thresholds, and compiling took 1.5 s a claim. The price: the read of ungrouped
+        # messages walks the claim index too, past grouped messages where few are ungrouped.
         if own_transaction:
             conn.execute(self._planner_settings(_WALK_SETTINGS))
             return conn.execute(stmt, params).all()
@@ -457,8 +461,14 @@ class PostgresQueueDao(QueueDao):
                 .where(t.c.pkind == kind, t.c.group_key == n.c.k, t.c.scheduled_at <= now)
                 .order_by(*group_order(t)).limit(1).with_for_update().lateral("head"))
         heads = sa.select(*head.c).select_from(n).join(head, sa.true()).cte("heads")
+        # read in claim order only where the queue has one (a probe of the group index,
+        # where ungrouped messages sit together): with sorts off the read walks the claim
+        # index, which in a queue of groups alone would pass every due message to find none
+        u = t.alias("u")
+        any_loose = sa.select(u.c.id).where(u.c.pkind == kind, u.c.group_key.is_(None)).exists()
         loose = (sa.select(*columns)
-                 .where(t.c.pkind == kind, t.c.scheduled_at <= now, t.c.group_key.is_(None))
+                 .where(t.c.pkind == kind, t.c.scheduled_at <= now, t.c.group_key.is_(None),
+                        any_loose)
                  .order_by(*claim_order(t))
                  .limit(loose_limit)
                  .with_for_update(skip_locked=True)
@@ -496,10 +506,17 @@ class PostgresQueueDao(QueueDao):
             groups_only = sa.exists().where(
                 s.c.pkind == kind, s.c.has_groups != zero, s.c.paused == zero,
                 s.c.rate_limit.is_(None), s.c.max_in_flight.is_(None))
+            # each message's group row probed once, for whether the group is busy and whether
+            # it has a row (the portable walk probes twice)
+            row = (sa.select(one.label("present"), g.c.claimed_until)
+                   .where(g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key)
+                   .limit(1).lateral("gr"))
             walk = (sa.select(t.c.group_key,
-                              sa.case((self._group_known, one), else_=zero).label("known"),
+                              sa.func.coalesce(row.c.present, zero).label("known"),
                               sa.func.row_number().over(order_by=claim_order(t)).label("pos"))
-                    .where(t.c.pkind == kind, t.c.scheduled_at <= now, ~self._busy_group,
+                    .select_from(t.outerjoin(row, sa.true()))
+                    .where(t.c.pkind == kind, t.c.scheduled_at <= now,
+                           row.c.claimed_until.is_(None) | (row.c.claimed_until <= now),
                            groups_only)
                     .order_by(*claim_order(t)).limit(walked)
                     .cte("walk").prefix_with("MATERIALIZED"))
