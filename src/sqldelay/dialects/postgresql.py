@@ -113,17 +113,15 @@ class PostgresQueueDao(QueueDao):
             kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
             limit = sa.bindparam("limit", type_=sa.Integer)
             bucketed = "bucket" in where
-            if bucketed:
-                bucket = (sa.select(s.c.pkind, self.bucket_held(now).label("held"))
-                          .where(s.c.pkind == kind, s.c.rate_limit.is_not(None),
-                                 ~self.other_controls)
-                          .with_for_update()
-                          .cte("bucket"))
             order = [t.c.priority] if bucketed else []  # to keep the claim order after it
+            # with a bucket, nothing is picked where it held no token when the statement began
+            # (read without a lock: the pick comes before the lock, below)
+            funded = ([sa.exists().where(s.c.pkind == kind, self.bucket_held(now) >= 1000)]
+                      if bucketed else [])
             picked = (
                 sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, *order)
                 .where(t.c.pkind == kind, t.c.scheduled_at <= now,
-                       *self.due_conditions([w for w in where if w != "bucket"]))
+                       *self.due_conditions([w for w in where if w != "bucket"]), *funded)
                 .order_by(*claim_order(t))
                 .limit(limit)
                 .with_for_update(skip_locked=True)
@@ -131,6 +129,16 @@ class PostgresQueueDao(QueueDao):
                 .prefix_with("MATERIALIZED")
             )
             if bucketed:
+                # the settings row is locked once the messages are picked (its condition
+                # counts them), so the claims of the queue pick side by side and take turns
+                # only to mark what they picked and charge for it: an unreached rate limit cost
+                # 10% of a drain by four consumers, against 19% with the row locked first
+                picks = sa.select(sa.func.count()).select_from(picked).scalar_subquery()
+                bucket = (sa.select(s.c.pkind, self.bucket_held(now).label("held"))
+                          .where(s.c.pkind == kind, s.c.rate_limit.is_not(None),
+                                 ~self.other_controls, picks >= 0)
+                          .with_for_update()
+                          .cte("bucket"))
                 # the bucket caps what was picked, not the pick: a LIMIT the planner cannot
                 # read it takes for a tenth of the queue, and then plans the UPDATE below as a
                 # hash join over every message (800 ms a claim at 1e6)
