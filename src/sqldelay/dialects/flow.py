@@ -14,13 +14,14 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
   the same transaction;
 - a rate limit and no cap: claims take turns only while the bucket is charged. For a rate
   limit alone, where the dialect can (``bucket_in_claim``: PostgreSQL), the claim is one
-  statement that locks the settings row, claims at most what the bucket holds and charges
-  it. Elsewhere (and with groups) the claim takes at most what the bucket held when read
-  (or, on credit, what it held at the queue's last claim, without reading it), then charges
-  the bucket with one conditional UPDATE that refills and spends it in SQL, just before the
-  commit. Where a concurrent claim spent the tokens first, the UPDATE changes nothing and
-  the claim runs again, settings locked first (``Raced``); in a caller's transaction, which
-  cannot run again, it locks them first always;
+  statement that picks the due messages, then locks the settings row, claims at most what
+  the bucket holds of them and charges it. Elsewhere (and with groups) the claim takes at
+  most what the bucket held when read (or, on credit, what it held at the queue's last
+  claim, without reading it), then charges the bucket with one conditional UPDATE that
+  refills and spends it in SQL, just before the commit. Where a concurrent claim spent the
+  tokens first, the UPDATE changes nothing and the claim runs again, settings locked first
+  (``Raced``); in a caller's transaction, which cannot run again, it locks them first
+  always;
 - groups (the queue has had grouped messages): a message of group G is claimed only while no
   other message of G is in flight, and only the first of G in claim order. Each group has a
   row in ``<table>_groups``, created by the first claim that meets the group; claims lock the
@@ -33,9 +34,11 @@ FlowControl (how rows are locked, read currently, probed, walked in claim order 
 when absent) and, where its planner or its statements allow another form, how the free groups
 are won (``win_groups``), their heads read (``read_heads``) or claimed with the ungrouped
 messages (``claim_heads``), and grouped messages acked (``ack_freeing``); a dialect that sets
-``bucket_in_claim`` builds the "bucket" claim into its own claim statement. The statements the
-claim runs each time are built once, with named parameters: built per call, their construction
-and cache keys cost more client time than some of the statements took the database.
+``bucket_in_claim`` builds the "bucket" claim into its own claim statement, and one that sets
+``groups_in_claim`` claims a queue with groups alone by its own ``claim_groups``. The
+statements the claim runs each time are built once, with named parameters: built per call,
+their construction and cache keys cost more client time than some of the statements took the
+database.
 """
 
 from __future__ import annotations
