@@ -66,13 +66,15 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
     dao = PostgresQueueDao(queue_table(sa.MetaData(), table))
     constants: dict[str, str] = {}
     offer = compile_sql(dao._offer_statement(update=True, by=False), constants)
+    # the column parameters made inside the server, in the forms ours sends
+    # (``PostgresQueueDao.offer_columns``): JSON texts, array literals, a bytea array
     arrays = {
-        "keys": f"(SELECT array_agg(:base || '-' || g) FROM generate_series(1, {batch}) g)",
+        "keys": f"(SELECT json_agg(:base || '-' || g)::text FROM generate_series(1, {batch}) g)",
         "payloads": f"(SELECT array_agg(decode('{_payload_bytes().hex()}', 'hex')) "
                     f"FROM generate_series(1, {batch}))",
-        "ats": f"(SELECT array_agg(:b_now::bigint) FROM generate_series(1, {batch}))",
-        "priorities": f"(SELECT array_agg(0) FROM generate_series(1, {batch}))",
-        "groups": f"(SELECT array_agg(NULL::text) FROM generate_series(1, {batch}))",
+        "ats": f"(SELECT array_agg(:b_now::bigint)::text FROM generate_series(1, {batch}))",
+        "priorities": f"(SELECT array_agg(0)::text FROM generate_series(1, {batch}))",
+        "groups": f"(SELECT json_agg(NULL::text)::text FROM generate_series(1, {batch}))",
     }
     for name, expr in arrays.items():
         offer = re.sub(rf":{name}(::[\w\[\]]+)?", lambda _m, e=expr: e, offer)

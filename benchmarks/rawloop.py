@@ -3,10 +3,10 @@ psycopg alone (no SQLAlchemy, no sqldelay), one autocommit round trip each, as o
 
 A consumer thread claims with the PostgreSQL QueueDao's own claim statement (compiled once to
 psycopg's text) and acks what it got with the dao's ack, until a claim comes back empty; a
-producer thread sends the dao's offer statement (its arrays in binary, as ours) with a payload
-encoded once. Neither checks, encodes or decodes anything nor builds objects: what ours spends
-beyond them is the library's Python per operation, and what they spend beyond pgbench is the
-driver's and the interpreter's.
+producer thread sends the dao's offer statement (its column parameters made as ours are)
+with a payload encoded once. Neither checks, encodes or decodes anything nor builds objects:
+what ours spends beyond them is the library's Python per operation, and what they spend
+beyond pgbench is the driver's and the interpreter's.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
+from sqldelay.dialects import OfferRow
 from sqldelay.serializers import encode_payload
 
 from .harness import PAYLOAD, Bench
@@ -47,10 +48,9 @@ def offer(bench: Bench, queue, clients: int, batch: int, batches: int) -> Callab
         with psycopg.connect(_conninfo(bench), autocommit=True) as conn:
             for b in range(i, batches, clients):
                 now = int(time.time() * 1000)
+                rows = [OfferRow(f"r{b}-{j}", payload, now, True) for j in range(batch)]
                 conn.execute(sql, {**constants, "b_kind": queue.pkind, "b_now": now,
-                                   "keys": [f"r{b}-{j}" for j in range(batch)],
-                                   "payloads": [payload] * batch, "ats": [now] * batch,
-                                   "priorities": [0] * batch, "groups": [None] * batch})
+                                   **queue.dao.offer_columns(rows)})
 
     return work
 
