@@ -445,10 +445,12 @@ class PostgresQueueDao(QueueDao):
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
-        # the heads are read by the statement that claims them and marks their groups
-        return self._heads_claim(False), {
+        # the heads are read by the statement that claims them and marks their groups: for a
+        # queue with groups alone, the one that walks to them and wins them too (the groups
+        # are its walk's to find, not given)
+        return self._groups_claim(False), {
             **self.claim_values(pkind, now_ms, limit, "plan", now_ms, None),
-            "loose": limit, "group_names": self._listed(groups)}
+            "walk": limit * 4 + 16}
 
     def _heads_claim(self, by: bool) -> sa.Select:
         if by not in self._heads_claims:
