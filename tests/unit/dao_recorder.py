@@ -106,6 +106,10 @@ class RecordingConnection:
     def get_execution_options(self) -> dict:
         return {}
 
+    @property
+    def info(self) -> dict:
+        return {}
+
     @contextmanager
     def begin_nested(self):
         """A savepoint; how each one ended is kept in ``savepoints``."""

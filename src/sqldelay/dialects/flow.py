@@ -63,6 +63,10 @@ class Raced(NeedsTransaction):
     bucket: roll it back and run it again, locking the settings first."""
 
 
+# the key of a Connection's info that the engine layer sets while each statement on that
+# connection commits alone (the driver switched to autocommit, see executor_async)
+AUTOCOMMIT = "sqldelay.autocommit"
+
 # a bound on the refill's arithmetic in SQL, safely below BIGINT's 2**63
 _CHARGE_BOUND = 2**62
 
@@ -188,7 +192,8 @@ class FlowControl:
 
     def require_transaction(self, conn: sa.Connection) -> None:
         """Raise NeedsTransaction where ``conn`` runs each statement on its own."""
-        if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        if (conn.info.get(AUTOCOMMIT)
+                or conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"):
             raise NeedsTransaction()
 
     # ---- reading and writing settings ----------------------------------------------------
