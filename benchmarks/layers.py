@@ -9,7 +9,10 @@ turns for ``ROUNDS`` rounds, and prints the median CPU microseconds per call of 
 - ``engine.connect()`` + ``execute`` + close, on an engine created in autocommit;
 - the same on an autocommit view of an ordinary engine
   (``engine.execution_options(isolation_level="AUTOCOMMIT")``), which is what sqldelay's
-  one-statement operations use, since they must share the caller's engine and its pool.
+  one-statement operations used until 082e535;
+- ``connect()`` on the ordinary engine, the dialect switching the DBAPI connection to
+  autocommit and back around the call, as sqldelay's engine layer does (``_in_autocommit``):
+  it must share the caller's engine and its pool.
 
 A sqldelay poll or ack is one such call plus the library's own work around it (the claim's
 rows made into envelopes, the payload decoded); the throughput scenarios' "psycopg alone"
@@ -23,6 +26,8 @@ import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
+
+from sqldelay.executor import _in_autocommit
 
 from .harness import ROUNDS, alternate, spread
 
@@ -47,11 +52,16 @@ def layers(url: str) -> dict[str, Callable[[], None]]:
                 conn.execute(stmt, {"x": 1}).fetchall()
         return call
 
+    def switched() -> None:
+        with engine.connect() as conn:
+            _in_autocommit(lambda c: c.execute(stmt, {"x": 1}).fetchall(), conn)
+
     return {
         "psycopg alone": lambda: raw.execute(str(compiled), {"x": 1}).fetchall(),
         "SQLAlchemy, connection held": lambda: held.execute(stmt, {"x": 1}).fetchall(),
         "SQLAlchemy, connect per call (autocommit engine)": through(autocommit),
-        "SQLAlchemy, connect per call (autocommit view, as sqldelay)": through(view),
+        "SQLAlchemy, connect per call (autocommit view)": through(view),
+        "SQLAlchemy, connect per call (autocommit switched, as sqldelay)": switched,
     }
 
 
@@ -73,7 +83,7 @@ def main() -> None:
     runs = alternate(ROUNDS, {name: (lambda c=c: cpu_per_call(c)) for name, c in calls.items()})
     for name, values in runs.items():
         stats = spread(values)
-        print(f"{name:60s} {stats['median']:7.1f} µs CPU per call "
+        print(f"{name:64s} {stats['median']:7.1f} µs CPU per call "
               f"(min {stats['min']:.1f}, max {stats['max']:.1f})")
 
 
