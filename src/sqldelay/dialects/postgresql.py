@@ -378,7 +378,8 @@ class PostgresQueueDao(QueueDao):
     def claim_groups(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, actor: str | None,
                      own_transaction: bool) -> list[ClaimedRow]:
-        # The statement walks as ``walk`` does (bitmap reads off). Where the walk met groups
+        # The statement runs as ``walk`` runs the portable walk, under the claim's planner
+        # settings. Where the walk met groups
         # without a row, it makes their rows and claims nothing; the portable claim then runs
         # in the same transaction, which knows those rows (so it takes the new groups' heads
         # in their place in claim order, rather than later groups before them).
@@ -649,6 +650,7 @@ class PostgresQueueDao(QueueDao):
         t = self.table
         kind = sa.bindparam("b_kind", type_=sa.Text)
         now = sa.bindparam("b_now", type_=sa.BigInteger)
+
         def texts(name: str) -> sa.ColumnElement:
             """The strings (or NULLs) of the JSON array in parameter ``name``, as text[]."""
             listed = sa.func.json_array_elements_text(
