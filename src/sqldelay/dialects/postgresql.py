@@ -379,10 +379,10 @@ class PostgresQueueDao(QueueDao):
                      lock: str, until_ms: int, actor: str | None,
                      own_transaction: bool) -> list[ClaimedRow]:
         # The statement runs as ``walk`` runs the portable walk, under the claim's planner
-        # settings. Where the walk met groups
-        # without a row, it makes their rows and claims nothing; the portable claim then runs
-        # in the same transaction, which knows those rows (so it takes the new groups' heads
-        # in their place in claim order, rather than later groups before them).
+        # settings. Where the walk met groups without a row, it makes their rows and claims
+        # nothing; the portable claim then runs in the same transaction, which knows those
+        # rows (so it takes the new groups' heads in their place in claim order, rather than
+        # later groups before them).
         self.require_transaction(conn)
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
                   "walk": limit * 4 + 16}
