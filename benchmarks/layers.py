@@ -11,7 +11,7 @@ turns for ``ROUNDS`` rounds, and prints the median CPU microseconds per call of 
   (``engine.execution_options(isolation_level="AUTOCOMMIT")``), which is what sqldelay's
   one-statement operations used until 082e535;
 - ``connect()`` on the ordinary engine, the dialect switching the DBAPI connection to
-  autocommit and back around the call, as sqldelay's engine layer does (``_in_autocommit``):
+  autocommit and back around the call, as sqldelay's engine layer does (``QueueDao.in_autocommit``):
   it must share the caller's engine and its pool.
 
 A sqldelay poll or ack is one such call plus the library's own work around it (the claim's
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from sqldelay.executor import _in_autocommit
+from sqldelay.dialects import QueueDao
 
 from .harness import ROUNDS, alternate, spread
 
@@ -54,7 +54,7 @@ def layers(url: str) -> dict[str, Callable[[], None]]:
 
     def switched() -> None:
         with engine.connect() as conn:
-            _in_autocommit(lambda c: c.execute(stmt, {"x": 1}).fetchall(), conn)
+            QueueDao.in_autocommit(lambda c: c.execute(stmt, {"x": 1}).fetchall(), conn)
 
     return {
         "psycopg alone": lambda: raw.execute(str(compiled), {"x": 1}).fetchall(),

@@ -25,7 +25,7 @@ from .concurrency_async import (
     check_connection,
     run_op,
 )
-from .dialects import AUTOCOMMIT, ErrorKind, QueueDao
+from .dialects import ErrorKind, QueueDao
 from .errors import SchemaMissingError
 
 T = TypeVar("T")
@@ -98,33 +98,9 @@ class AsyncExecutor:
 
     async def _alone(self, op: Callable[[sa.Connection], T]) -> T:
         async with self.engine.connect() as conn:
-            return await run_op(conn, partial(_in_autocommit, op))
+            return await run_op(conn, partial(self.dao.in_autocommit, op))
 
     def _is_transient(self, exc: BaseException) -> bool:
         return (isinstance(exc, sa.exc.DBAPIError)
                 and self.dao.classify(exc) is ErrorKind.TRANSIENT)
 
-
-def _in_autocommit(op: Callable[[sa.Connection], T], conn: sa.Connection) -> T:
-    """Run ``op`` on ``conn``, fresh from the engine's pool, in autocommit, and return the
-    connection to its usual mode. The dialect switches the DBAPI connection itself (what the
-    AUTOCOMMIT isolation level does underneath): an engine view with that execution option
-    switches it through SQLAlchemy's connection characteristics at checkout and back at
-    checkin, which cost 100-210 us of client CPU a call more here (a one-row SELECT: 668
-    against 458 us, 407 against 301). ``AUTOCOMMIT`` in the connection's info tells ``op``
-    that each of its statements commits alone (``QueueDao.require_transaction``)."""
-    dbapi = conn.connection.dbapi_connection
-    info = conn.info
-    conn.dialect.set_isolation_level(dbapi, "AUTOCOMMIT")
-    info[AUTOCOMMIT] = True
-    try:
-        return op(conn)
-    finally:
-        del info[AUTOCOMMIT]
-        if not conn.invalidated:
-            try:
-                conn.dialect.reset_isolation_level(dbapi)
-            except Exception:  # what op did is done: the connection must not go back as is
-                log.warning("could not take a connection out of autocommit; it is dropped",
-                            exc_info=True)
-                conn.invalidate()

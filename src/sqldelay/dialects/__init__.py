@@ -6,7 +6,6 @@ import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
-from .flow import AUTOCOMMIT
 from .mssql import MSSQLQueueDao
 from .mysql import MariaDBQueueDao, MySQLQueueDao
 from .oracle import OracleQueueDao
@@ -33,5 +32,4 @@ def dao_class_for(dialect: sa.Dialect) -> type[QueueDao]:
         ) from None
 
 
-__all__ = ["AUTOCOMMIT", "REGISTRY", "ClaimedRow", "ErrorKind", "OfferRow", "QueueDao",
-           "dao_class_for"]
+__all__ = ["REGISTRY", "ClaimedRow", "ErrorKind", "OfferRow", "QueueDao", "dao_class_for"]

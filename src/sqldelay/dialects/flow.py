@@ -64,7 +64,7 @@ class Raced(NeedsTransaction):
 
 
 # the key of a Connection's info that the engine layer sets while each statement on that
-# connection commits alone (the driver switched to autocommit, see executor_async)
+# connection commits alone (the driver switched to autocommit, ``QueueDao.in_autocommit``)
 AUTOCOMMIT = "sqldelay.autocommit"
 
 # a bound on the refill's arithmetic in SQL, safely below BIGINT's 2**63
