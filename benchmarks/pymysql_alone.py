@@ -1,12 +1,13 @@
 """The limit of our MariaDB/MySQL offer in Python: the same statements, sent by PyMySQL alone
 (no SQLAlchemy, no sqldelay), one transaction per batch, as ours are.
 
-A producer thread sets READ COMMITTED for the transaction, reads and locks the batch's keys
-with the dao's own locking read, inserts them with the dao's own insert of new keys (its
-named placeholders, as ours sends them) and commits, with a payload encoded once. It checks,
-encodes and builds nothing: what ours spends beyond it is the library's and SQLAlchemy's
-Python per offer, and what it spends beyond mysqlslap's client-side ceiling (the same insert
-from C) is the driver's and the interpreter's, escaping each value into the text.
+A producer thread inserts the batch's new keys with the dao's own insert of new keys (its
+named placeholders, as ours sends them) and commits, with a payload encoded once: the plain
+insert an offer of one statement tries first (``QueueDao.inserts_first``), which takes every
+key of these offers. It checks, encodes and builds nothing: what ours spends beyond it is the
+library's and SQLAlchemy's Python per offer, and what it spends beyond mysqlslap's
+client-side ceiling (the same insert from C) is the driver's and the interpreter's, escaping
+each value into the text.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ def offer(bench: Bench, queue, clients: int, batch: int,
     import pymysql
 
     dao, url = queue.dao, sa.make_url(bench.url)
-    existing = dao.named_read(bench.engine.dialect, batch)
     insert = dao.named_write(bench.engine.dialect, batch, False, False)
     payload = encode_payload(queue.serializer, PAYLOAD)
 
@@ -43,10 +43,6 @@ def offer(bench: Bench, queue, clients: int, batch: int,
             for b in range(i, batches, clients):
                 keys = [f"r{b}-{j}" for j in range(batch)]
                 now = int(time.time() * 1000)
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                cursor.execute(existing, {"b_kind": queue.pkind,
-                                          **{f"keys_{j + 1}": k for j, k in enumerate(keys)}})
-                cursor.fetchall()
                 values = {"b_kind": queue.pkind, "created": now, "actor": None}
                 for j, k in enumerate(keys):
                     values.update({f"k_{j}": k, f"p_{j}": payload, f"a_{j}": now,

@@ -22,7 +22,7 @@ from . import wakeups
 from .checks import check_key, check_positive_int, check_text
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
-from .dialects.base import ROW_OVERHEAD, PayloadBudget, chunked
+from .dialects.base import ROW_OVERHEAD, ErrorKind, PayloadBudget, chunked
 from .dialects.flow import Control, Raced
 from .errors import InvalidArgumentError
 from .history import (
@@ -48,6 +48,9 @@ from .tracing import NO_TRACING, Tracer
 
 MAX_QUEUE_NAME = 60
 _TYPE_NAME_MAX = KIND_LENGTH - MAX_QUEUE_NAME - 1
+# offers of one chunk that go the locking way at once after one whose plain insert met an
+# existing key (``QueueDao.inserts_first``): where producers re-offer keys, few try twice
+_FIRST_BACKOFF = 100
 # priorities and the limits of flow control are 32-bit signed integers in every database
 MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 MAX_LIMIT = MAX_PRIORITY
@@ -68,10 +71,13 @@ class Call:
 class OfferPlan(Call):
     """An offer ready to run: ``op`` returns the outcomes in input order. ``flags_groups``:
     it also marks the queue as having groups (once per queue object); ``earliest_ms``: the
-    earliest due time it writes."""
+    earliest due time it writes; ``first``: where the dialect inserts first
+    (``QueueDao.inserts_first``), the plain insert of every message to try before ``op``, in
+    a transaction of its own (None when it could not be one statement after all)."""
 
     flags_groups: bool = False
     earliest_ms: int = 0
+    first: Op | None = None
 
 
 class QueueBase:
@@ -122,6 +128,10 @@ class QueueBase:
         self.backlog = False
         # set once this object's offers have marked the queue as having groups
         self.groups_flagged = False
+        # the offers of one chunk left before the next tries a plain insert first
+        # (``QueueDao.inserts_first``): after one met an existing key, as many as
+        # ``_FIRST_BACKOFF`` take the locking way straight away
+        self.first_skips = 0
         # messages this object created before it made sure the table has planner statistics
         # (None: made sure, or the dialect's claim needs none; see statistics_due)
         self._unchecked_creations: int | None = 0 if self.dao.statistics_after else None
@@ -182,9 +192,42 @@ class QueueBase:
                     self.recorder.write(conn, self._offer_events(rows, results, now, actor))
             return outcomes
 
-        one = (not flag and self.recorder is None and trace is None and len(planned) == 1
-               and dao.offer_is_one_statement(batch.rows(planned[0])))
-        return OfferPlan(op, one, flag, batch.earliest_ms)
+        alone = not flag and self.recorder is None and trace is None and len(planned) == 1
+        one = alone and dao.offer_is_one_statement(batch.rows(planned[0]))
+        first = None
+        if alone and dao.inserts_first:
+            if self.first_skips:
+                self.first_skips -= 1
+            else:
+                first = self._insert_first(batch, planned[0], static, now, actor)
+        return OfferPlan(op, one, flag, batch.earliest_ms, first)
+
+    def _insert_first(self, batch: _Checked, part: memoryview, static: PayloadBudget,
+                      now: int, actor: str | None) -> Op:
+        """The plain insert of every message of an offer of one chunk that writes nothing
+        else (``inserts_first``): it fails whole on a key that exists, and the offer then runs
+        its usual way."""
+        dao = self.dao
+
+        def op(conn: sa.Connection) -> list[OfferOutcome] | None:
+            budget = dao.payload_budget(conn)
+            batch.check_sizes(budget, dao.name)
+            if (budget.statement != static.statement
+                    and len(batch.chunks(dao.offer_chunk, budget.statement)) > 1):
+                return None
+            rows = batch.rows(part)
+            dao.insert_new(conn, self.pkind, rows, now, actor)
+            return [OfferOutcome.CREATED] * len(rows)
+
+        return op
+
+    def first_failed(self, exc: sa.exc.DBAPIError) -> bool:
+        """Whether ``exc``, raised by a plan's ``first``, is the existing key it may meet (the
+        offer then runs its usual way, and the next ``_FIRST_BACKOFF`` go there at once)."""
+        if self.dao.classify(exc) is not ErrorKind.DUPLICATE_KEY:
+            return False
+        self.first_skips = _FIRST_BACKOFF
+        return True
 
     def offered(self, plan: OfferPlan, outcomes: Sequence[OfferOutcome]) -> None:
         """After an offer committed: wake this process's sleeping workers of the queue if it

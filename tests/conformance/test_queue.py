@@ -45,6 +45,19 @@ def test_offer_many_outcomes_in_input_order_with_repeated_keys(queue, clock):
     assert queue.get("new").payload == 4 and queue.get("old").payload == 2
 
 
+def test_an_offer_of_new_keys_and_one_that_exists_writes_each(make_queue):
+    # where the dialect inserts first (MySQL), this queue's second offer tries to insert all
+    # six, meets "old", and must leave no part of that insert behind for the usual offer
+    queue, other = make_queue(), make_queue()
+    queue.offer("old", 0)
+    outcomes = other.offer_many([Message(f"new{i}", i) for i in range(3)] + [Message("old", 9)])
+    assert outcomes == [C, C, C, C]  # "old" of the other queue is a key of its own
+    outcomes = queue.offer_many([Message(f"new{i}", i) for i in range(5)] + [Message("old", 5)])
+    assert outcomes == [C, C, C, C, C, U]
+    assert [queue.get(f"new{i}").payload for i in range(5)] == [0, 1, 2, 3, 4]
+    assert queue.get("old").payload == 5 and other.get("old").payload == 9
+
+
 def test_offer_many_of_nothing(queue):
     assert queue.offer_many([]) == []
 

@@ -68,6 +68,13 @@ class MySQLQueueDao(QueueDao):
     # connection killed (MariaDB), disconnected by the server (MySQL 8)
     unavailable_codes = frozenset({2002, 2003, 2006, 2013, 1053, 1927, 4031})
     missing_table_codes = frozenset({1146})
+    # The offer's usual way is four round trips: SET TRANSACTION (READ COMMITTED, for the
+    # locking read of keys that may not exist), the read, the insert, the COMMIT. Most
+    # offers are of new keys, and a plain insert alone, at the default level, fails whole on
+    # one that exists. PyMySQL alone, 100 new keys an offer, four producers, seven
+    # alternating rounds (MariaDB 10.11): 59,000 messages/s the usual way, 67,000 inserting
+    # alone (medians).
+    inserts_first = True
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
