@@ -21,7 +21,7 @@ from datetime import timedelta
 
 import pytest
 
-from sqldelay import Delivery, FakeClock, Message, OfferOutcome, SystemClock
+from sqldelay import Delivery, FakeClock, Message, OfferOutcome, SystemClock, queue_base
 
 from ..fronts import unwrap
 
@@ -34,12 +34,19 @@ CONSUMERS = 4
 DEADLINE = 240.0
 
 
-@pytest.mark.parametrize("batched", [False, True], ids=["poll", "poll_many"])
-def test_producers_and_consumers(make_queue, batched, front):
+@pytest.mark.parametrize(("batched", "always_first"), [(False, False), (True, False), (True, True)],
+                         ids=["poll", "poll_many", "poll_many_always_inserting_first"])
+def test_producers_and_consumers(make_queue, batched, always_first, front, monkeypatch):
     if front.is_async:
         pytest.skip("threads: the asyncio front end's concurrency is its tasks' (below); "
                     "threads calling it through the test's portal would test the portal")
     queue = make_queue(clock=SystemClock(), acquire_timeout=timedelta(minutes=10))
+    if always_first:
+        # every offer tries its plain insert first, however often the keys exist already
+        # (QueueDao.inserts_first): half of them meet keys another producer has inserted
+        if not queue.dao.inserts_first:
+            pytest.skip(f"{queue.dao.name} offers its usual way only")
+        monkeypatch.setattr(queue_base, "_FIRST_BACKOFF", 0)
     due = SystemClock().now() - timedelta(seconds=1)
     # producer p offers the keys of slices p and p+1: every key is offered twice
     count = MESSAGES if batched else ONE_AT_A_TIME
