@@ -141,9 +141,10 @@ class QueueDao(FlowControl):
     # saves round trips with this database's driver
     claim_is_one_statement: ClassVar[bool] = False
     autocommit_one_statement: ClassVar[bool] = False
-    # an offer of one statement tries the plain insert of every message first, in a
-    # transaction of its own at the default level, where reading and locking the keys before
-    # the insert costs more than a failed insert now and then (``QueueBase.plan_offer``)
+    # an offer of one chunk that writes nothing else tries the plain insert of every message
+    # first, in a transaction of its own at the default level, where reading and locking the
+    # keys before the insert costs more than a failed insert now and then
+    # (``QueueBase.plan_offer``)
     inserts_first: ClassVar[bool] = False
     # offers insert through SQL compiled once per row count, the driver binding the values
     # (False where the driver needs SQLAlchemy's own parameter handling)
