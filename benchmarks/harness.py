@@ -30,8 +30,9 @@ class Sizes:
     """How much work each scenario does; ``tiny`` only proves the code runs."""
 
     messages: int = 20_000  # batched offer / drain
-    # drained four ways by flow_drain: each round long enough (2-5 s on PostgreSQL here) that
-    # the rounds' spread does not swamp the few percent each variant costs
+    # drained four ways by flow_drain: each round long enough (2-7 s on PostgreSQL here) that
+    # the rounds' spread does not swamp the few percent each variant costs, and past the
+    # creations after which a new table gets planner statistics (``statistics_after``)
     flow_messages: int = 100_000
     single_messages: int = 4_000  # single offer, single poll+ack
     steady_seconds: float = 10.0
@@ -55,8 +56,8 @@ class Sizes:
 
 SIZES = {
     "default": Sizes(),
-    "tiny": Sizes(messages=200, flow_messages=200, single_messages=40, steady_seconds=0.5, steady_rate=200,
-                  backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
+    "tiny": Sizes(messages=200, flow_messages=200, single_messages=40, steady_seconds=0.5,
+                  steady_rate=200, backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
                   per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=200,
                   fairness_flood=500, shard_counts=(1, 2), rss_messages=2_000,
                   offer_many_sizes=(500, 2_000), process_messages=300, fresh_messages=500),

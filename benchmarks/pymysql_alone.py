@@ -3,7 +3,7 @@
 
 A producer thread inserts the batch's new keys with the dao's own insert of new keys (its
 named placeholders, as ours sends them) and commits, with a payload encoded once: the plain
-insert an offer of one statement tries first (``QueueDao.inserts_first``), which takes every
+insert an offer of one chunk tries first (``QueueDao.inserts_first``), which takes every
 key of these offers. It checks, encodes and builds nothing: what ours spends beyond it is the
 library's and SQLAlchemy's Python per offer, and what it spends beyond mysqlslap's
 client-side ceiling (the same insert from C) is the driver's and the interpreter's, escaping

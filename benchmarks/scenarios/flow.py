@@ -4,7 +4,8 @@ flow_drain: ``flow_messages`` due messages drained by ``consumers`` threads with
 poll_many(batch) + ack_many, four ways, in alternating rounds (medians, with min and max):
 plain; with priorities (ten levels); in 1,000 groups (so each claim takes the group-aware
 path); and with a rate limit that is never reached (so each claim takes the limited path:
-settings locked, bucket charged). The C-client ceiling of the plain claim runs in the same scenario.
+settings locked, bucket charged); each round in a table of its own. The C-client ceiling of
+the plain claim runs in the same scenario.
 flow_fairness: one Worker over a flooded queue (``fairness_flood`` due) and a quiet one with a
 message falling due every 0.1 s for 5 s: the quiet messages' lag from due time to handler,
 p50/p99, and how many of them were handled while the flood was still draining (tests assert
