@@ -99,4 +99,3 @@ class Executor:
     def _is_transient(self, exc: BaseException) -> bool:
         return (isinstance(exc, sa.exc.DBAPIError)
                 and self.dao.classify(exc) is ErrorKind.TRANSIENT)
-

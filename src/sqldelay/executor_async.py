@@ -103,4 +103,3 @@ class AsyncExecutor:
     def _is_transient(self, exc: BaseException) -> bool:
         return (isinstance(exc, sa.exc.DBAPIError)
                 and self.dao.classify(exc) is ErrorKind.TRANSIENT)
-

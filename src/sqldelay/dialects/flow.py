@@ -131,6 +131,12 @@ def group_order(t: sa.Table) -> tuple:
     return t.c.priority.desc(), t.c.scheduled_at_initially, t.c.id
 
 
+# how many due messages a grouped claim of ``limit`` walks in claim order to find its groups:
+# room for the groups that concurrent claims (four consumers) hold or are taking
+def walk_length(limit: int) -> int:
+    return limit * 4 + 16
+
+
 class FlowControl:
     """The mixin of QueueDao that claims controlled queues and keeps their state."""
 
@@ -351,7 +357,7 @@ class FlowControl:
         # 1. the first due messages in claim order that are ungrouped or of a free group (the
         # busy probe finds no group for a message without one), read without locks: each
         # group once, with whether it has a row yet
-        walk = limit * 4 + 16
+        walk = walk_length(limit)
         rows = self.walk(conn, self._walk, {"b_kind": pkind, "b_now": now_ms, "walk": walk},
                          own_transaction)
         groups: dict[str, bool] = {}

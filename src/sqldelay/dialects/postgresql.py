@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql as pg
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 from .base import Advice, ClaimedRow, OfferRow, QueueDao, in_claim_order
-from .flow import claim_order, group_order
+from .flow import claim_order, group_order, walk_length
 
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
 # churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
@@ -385,7 +385,7 @@ class PostgresQueueDao(QueueDao):
         # later groups before them).
         self.require_transaction(conn)
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
-                  "walk": limit * 4 + 16}
+                  "walk": walk_length(limit)}
         rows = self.walk(conn, self._groups_claim(actor is not None), values, own_transaction)
         if rows and rows[0][0] is None:
             return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
@@ -451,7 +451,7 @@ class PostgresQueueDao(QueueDao):
         # are its walk's to find, not given)
         return self._groups_claim(False), {
             **self.claim_values(pkind, now_ms, limit, "plan", now_ms, None),
-            "walk": limit * 4 + 16}
+            "walk": walk_length(limit)}
 
     def _heads_claim(self, by: bool) -> sa.Select:
         if by not in self._heads_claims:
