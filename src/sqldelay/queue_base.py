@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import wakeups
-from .checks import check_key, check_positive_int, check_text
+from .checks import check_key, check_positive_int, check_text, check_texts
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, ErrorKind, PayloadBudget, chunked
@@ -145,7 +145,7 @@ class QueueBase:
     def check_key(self, key: Any) -> None:
         """Refuse a key this queue cannot store, before the database is touched."""
         check_key(key)
-        self.dao.check_key(key)
+        self.dao.check_keys((key,))
 
     # ---- offers ------------------------------------------------------------------------------
 
@@ -692,15 +692,11 @@ class _Checked:
         self.sizes = array("q")
         kept: list[OfferRow] | None = []
         kept_bytes = 0
-        self.has_groups = False
+        keys = _checked_keys(queue, messages)
+        self.has_groups = _checked_groups(messages)
         # the messages of a call often share one due time: the same datetime is converted once
         last_when, last_at = None, now
-        for index, message in enumerate(messages):
-            if not isinstance(message, Message):
-                raise InvalidArgumentError(
-                    f"offer_many takes Message objects; item {index} is "
-                    f"{type(message).__name__}")
-            queue.check_key(message.key)
+        for message in messages:
             when = message.at
             if when is None:
                 at = now
@@ -709,10 +705,6 @@ class _Checked:
             else:
                 at = last_at = to_ms(when, "at")
                 last_when = when
-            check_priority(message.priority)
-            if message.group is not None:
-                check_text(message.group, "group", KEY_LENGTH)
-                self.has_groups = True
             payload = encode_payload(self.serializer, message.payload)
             self.at.append(at)
             self.sizes.append(len(payload))
@@ -723,7 +715,7 @@ class _Checked:
                     kept = None  # more than a statement: made again as it is written
         self.kept = kept
         self.earliest_ms = min(self.at)
-        self.rounds = _rounds_in_lock_order(messages, queue.dao.lock_order)
+        self.rounds = _rounds_in_lock_order(keys, queue.dao.lock_order)
 
     def rows(self, positions: Iterable[int]) -> list[OfferRow]:
         """The rows of the messages at ``positions``, their payloads encoded."""
@@ -771,16 +763,41 @@ def _offer_row(message: Message, payload: bytes, at_ms: int) -> OfferRow:
                     message.group)
 
 
-def _rounds_in_lock_order(messages: Sequence[Message],
+def _checked_keys(queue: QueueBase, messages: Sequence[Message]) -> list[str]:
+    """The keys of ``messages``, each checked (and each message checked to be a Message)."""
+    if not all(isinstance(message, Message) for message in messages):
+        index, item = next((i, m) for i, m in enumerate(messages) if not isinstance(m, Message))
+        raise InvalidArgumentError(
+            f"offer_many takes Message objects; item {index} is {type(item).__name__}")
+    keys = [message.key for message in messages]
+    check_texts(keys, "key", KEY_LENGTH)
+    queue.dao.check_keys(keys)
+    return keys
+
+
+def _checked_groups(messages: Sequence[Message]) -> bool:
+    """Whether any of ``messages`` has a group, each priority and group checked."""
+    priorities = [message.priority for message in messages]
+    if (not all(type(p) is int for p in priorities)
+            or min(priorities) < MIN_PRIORITY or max(priorities) > MAX_PRIORITY):
+        for priority in priorities:
+            check_priority(priority)
+    groups = [message.group for message in messages if message.group is not None]
+    check_texts(groups, "group", KEY_LENGTH)
+    return bool(groups)
+
+
+def _rounds_in_lock_order(keys: Sequence[str],
                           lock_order: Callable[[str], object]) -> list[array]:
-    """The positions of ``messages`` in rounds in which each key occurs once (a key's n-th
+    """The positions of ``keys`` in rounds in which each key occurs once (a key's n-th
     occurrence goes in round n, so a repeated key is applied in order), each round in lock
     order. A stable sort puts a key's occurrences side by side, in input order (``lock_order``
     tells keys apart: it is the key itself, or its bytes in the database's collation)."""
     rounds: list[array] = [array("q")]
     previous, repeat = None, 0
-    for i in sorted(range(len(messages)), key=lambda i: lock_order(messages[i].key)):
-        key = messages[i].key
+    order = list(map(lock_order, keys))
+    for i in sorted(range(len(keys)), key=order.__getitem__):
+        key = keys[i]
         repeat = repeat + 1 if key == previous else 0
         previous = key
         if repeat == len(rounds):

@@ -340,6 +340,10 @@ def test_a_connection_of_the_other_front_end_is_refused(queue, engine, front):
 def test_bad_keys(queue, key, problem):
     with pytest.raises(InvalidArgumentError, match=problem):
         queue.offer(key, 1)
+    # among good ones, in a batch checked as a whole
+    with pytest.raises(InvalidArgumentError, match=problem):
+        queue.offer_many([Message("first", 1), Message(key, 2), Message("last", 3)])
+    assert queue.stats().due == 0
 
 
 @pytest.mark.parametrize("key, problem", [

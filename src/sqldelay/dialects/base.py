@@ -297,8 +297,9 @@ class QueueDao(FlowControl):
         commits); nothing where there are no notifications."""
 
     @classmethod
-    def check_key(cls, key: str) -> None:
-        """Refuse a key this database cannot store or tell apart from another (before any I/O)."""
+    def check_keys(cls, keys: Sequence[str]) -> None:
+        """Refuse a key of ``keys`` this database cannot store or tell apart from another
+        (before any I/O)."""
 
     # ---- offer ---------------------------------------------------------------------------
 

@@ -147,11 +147,12 @@ class MSSQLQueueDao(QueueDao):
                         existing_nullable=True)
 
     @classmethod
-    def check_key(cls, key: str) -> None:
-        if key.endswith(" "):
-            raise InvalidArgumentError(
-                f"key {key!r} ends with a space: SQL Server ignores trailing spaces when "
-                "comparing text, so it would be the same message as the key without them")
+    def check_keys(cls, keys: Sequence[str]) -> None:
+        for key in keys:
+            if key.endswith(" "):
+                raise InvalidArgumentError(
+                    f"key {key!r} ends with a space: SQL Server ignores trailing spaces when "
+                    "comparing text, so it would be the same message as the key without them")
 
     def select_existing(self) -> sa.Select:
         # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): lock by table hint
