@@ -56,8 +56,10 @@ class Sizes:
 
 SIZES = {
     "default": Sizes(),
+    # backlogs of a thousand at least: below that a table of a few pages is read whole, as
+    # the planner rightly prefers, and a plan says nothing of how the claim scales
     "tiny": Sizes(messages=200, flow_messages=200, single_messages=40, steady_seconds=0.5,
-                  steady_rate=200, backlogs=(100, 300), probe_polls=5, consumer_counts=(1, 2),
+                  steady_rate=200, backlogs=(1_000, 3_000), probe_polls=5, consumer_counts=(1, 2),
                   per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=200,
                   fairness_flood=500, shard_counts=(1, 2), rss_messages=2_000,
                   offer_many_sizes=(500, 2_000), process_messages=300, fresh_messages=500),

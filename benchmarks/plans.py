@@ -21,11 +21,40 @@ class Plan:
     text: str
     indexes: frozenset[str]  # the indexes read on the queue table
     full_scan: bool  # the queue table read whole
-    sorts: bool  # rows sorted after reading (no index gives the claim's order)
+    # the indexes whose rows are sorted after reading, as many as there are (no index gives
+    # the claim's order): every one read, where the plan does not say which a sort reads
+    sorted_reads: frozenset[str]
 
     def walks(self, index: str) -> bool:
         """Whether the claim's rows come in order from ``index`` alone."""
-        return index in self.indexes and not self.full_scan and not self.sorts
+        return index in self.indexes and not self.full_scan and index not in self.sorted_reads
+
+
+def sorted_reads(text: str, table: str) -> frozenset[str]:
+    """The indexes of ``table`` whose rows a Sort of PostgreSQL's plan ``text`` takes with no
+    Limit between them: a sort of what a read returns, however many (a sort of rows that a
+    Limit bounds, as a claim's two reads merged, sorts no more than the claim takes)."""
+    nodes = []  # (depth, node text): a node starts its line, or follows "->"
+    for line in text.splitlines():
+        body = line.lstrip()
+        if body.startswith("->") or not nodes:
+            nodes.append((len(line) - len(body), body.removeprefix("->").strip()))
+    found = set()
+    for i, (depth, node) in enumerate(nodes):
+        if not node.startswith(("Sort", "Incremental Sort")):
+            continue
+        bounded_below = None  # the depth of a Limit met under the sort
+        for below, child in nodes[i + 1:]:
+            if below <= depth:
+                break
+            if bounded_below is not None and below > bounded_below:
+                continue
+            bounded_below = below if child.startswith("Limit") else None
+            scan = re.match(rf"Index (?:Only )?Scan (?:Backward )?using (\S+) on {table}\b(?!_)"
+                            rf"|Bitmap Index Scan on ({table}_\S+)", child)
+            if scan:
+                found.add(scan.group(1) or scan.group(2))
+    return frozenset(found)
 
 
 def analyze(engine: sa.Engine, table: sa.Table) -> None:
@@ -83,19 +112,19 @@ def explain(engine, stmt, values: dict, table: sa.Table) -> Plan:
                             rf"Index (?:Only )?Scan (?:Backward )?using (\S+) on {name}\b(?!_)",
                             text)),
                         bool(re.search(rf"Seq Scan on {name}\b(?!_)", text)),
-                        "Sort Key" in text)
+                        sorted_reads(text, name))
         if engine.dialect.name == "sqlite":
             rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params).all()
             text = "\n".join(str(r[-1]) for r in rows)
-            return Plan(text, frozenset(re.findall(
-                            rf"(?:SEARCH|SCAN) {name}\b(?!_) USING (?:COVERING )?INDEX (\S+)",
-                            text)),
-                        bool(re.search(rf"^SCAN {name}$", text, re.M)),
-                        "TEMP B-TREE FOR ORDER BY" in text)
+            indexes = frozenset(re.findall(
+                rf"(?:SEARCH|SCAN) {name}\b(?!_) USING (?:COVERING )?INDEX (\S+)", text))
+            return Plan(text, indexes, bool(re.search(rf"^SCAN {name}$", text, re.M)),
+                        indexes if "TEMP B-TREE FOR ORDER BY" in text else frozenset())
         result = conn.exec_driver_sql("EXPLAIN " + sql, params)
         rows = [dict(zip(result.keys(), r, strict=True)) for r in result]
         mine = [r for r in rows if re.fullmatch(rf"{name}(_\d+)?", r.get("table") or "")]
-        return Plan("\n".join(str(r) for r in rows),
-                    frozenset(r["key"] for r in mine if r.get("key")),
+        indexes = frozenset(r["key"] for r in mine if r.get("key"))
+        return Plan("\n".join(str(r) for r in rows), indexes,
                     any(r.get("type") == "ALL" for r in mine),
-                    any("filesort" in (r.get("Extra") or "") for r in mine))
+                    indexes if any("filesort" in (r.get("Extra") or "") for r in mine)
+                    else frozenset())

@@ -79,7 +79,7 @@ def _payload_default(type_, compiler, **kw):
 
 
 # the schema version this code reads and writes: the newest migration's revision
-SCHEMA_VERSION = "0006"
+SCHEMA_VERSION = "0007"
 
 
 class _Column(NamedTuple):
@@ -93,6 +93,29 @@ class _Index(NamedTuple):
     unique: bool = False
     since: str = "0001"
     until: str | None = None  # the migration that dropped it
+    # a partial index of the rows meeting this condition, made only on the databases whose
+    # dialect keeps partial indexes (``QueueDao.partial_indexes``)
+    where: str | None = None
+    # on those databases, the migration that dropped it for partial ones (kept elsewhere)
+    replaced: str | None = None
+
+    def span(self, partial: bool) -> tuple[str, str | None] | None:
+        """The migrations that make and drop it on a database that keeps partial indexes or
+        one that does not (None: never made there)."""
+        if self.where is not None and not partial:
+            return None
+        return self.since, (self.replaced if partial and self.replaced else self.until)
+
+    def exists_at(self, revision: str, partial: bool) -> bool:
+        span = self.span(partial)
+        return span is not None and span[0] <= revision and (span[1] is None
+                                                             or span[1] > revision)
+
+    def options(self) -> dict:
+        """The partial index's condition, for each database that keeps partial indexes."""
+        if self.where is None:
+            return {}
+        return {f"{name}_where": sa.text(self.where) for name in _partial_dialects()}
 
 
 class _TableSpec(NamedTuple):
@@ -115,17 +138,23 @@ class _TableSpec(NamedTuple):
             return metadata.tables[name]
         table = sa.Table(name, metadata, *(c.make() for c in self.columns))
         for ix in self.indexes:
-            if ix.until is None:
-                sa.Index(name + ix.suffix, *_elements(ix.columns, table), unique=ix.unique)
+            made = {partial for partial in (False, True)
+                    if (span := ix.span(partial)) is not None and span[1] is None}
+            if not made:
+                continue
+            index = sa.Index(name + ix.suffix, *_elements(ix.columns, table), unique=ix.unique,
+                             info={_PARTIAL: made, _WHERE: ix.where}, **ix.options())
+            if made != {False, True}:  # on the databases that keep partial indexes, or not
+                index.ddl_if(callable_=_made_on)
         return table
 
     def create_op(self, op, table_name: str, revision: str) -> None:
         """Create the table as revision ``revision`` has it, from an Alembic migration."""
-        name = self.name(table_name)
+        name, partial = self.name(table_name), _keeps_partial(op)
         op.create_table(name, *(c.make() for c in self.columns if c.since <= revision))
         for ix in self.indexes:
-            if ix.since <= revision and (ix.until is None or ix.until > revision):
-                op.create_index(name + ix.suffix, name, _elements(ix.columns), unique=ix.unique)
+            if ix.exists_at(revision, partial):
+                _create_index(op, name, ix)
 
     def upgrade_op(self, op, table_name: str, revision: str) -> None:
         """Migration ``revision``'s step for this table."""
@@ -134,16 +163,17 @@ class _TableSpec(NamedTuple):
             return
         if self.since > revision:
             return
-        name = self.name(table_name)
-        for ix in self.indexes:
-            if ix.until == revision:
+        name, partial = self.name(table_name), _keeps_partial(op)
+        spans = [(ix, span) for ix in self.indexes if (span := ix.span(partial)) is not None]
+        for ix, (_, until) in spans:
+            if until == revision:
                 op.drop_index(name + ix.suffix, table_name=name)
         for c in self.columns:
             if c.since == revision:
                 op.add_column(name, c.make())
-        for ix in self.indexes:
-            if ix.since == revision:
-                op.create_index(name + ix.suffix, name, _elements(ix.columns), unique=ix.unique)
+        for ix, (since, _) in spans:
+            if since == revision:
+                _create_index(op, name, ix)
 
     def downgrade_op(self, op, table_name: str, revision: str) -> None:
         """Undo migration ``revision``'s step for this table."""
@@ -153,15 +183,54 @@ class _TableSpec(NamedTuple):
             return
         if self.since > revision:
             return
-        for ix in self.indexes:
-            if ix.since == revision:
+        partial = _keeps_partial(op)
+        spans = [(ix, span) for ix in self.indexes if (span := ix.span(partial)) is not None]
+        for ix, (since, _) in spans:
+            if since == revision:
                 op.drop_index(name + ix.suffix, table_name=name)
         for c in reversed(self.columns):
             if c.since == revision:
                 op.drop_column(name, c.make().name)
-        for ix in self.indexes:
-            if ix.until == revision:
-                op.create_index(name + ix.suffix, name, _elements(ix.columns), unique=ix.unique)
+        for ix, (_, until) in spans:
+            if until == revision:
+                _create_index(op, name, ix)
+
+
+# the keys of an Index's info holding whether it is made where partial indexes are kept
+# (True), where they are not (False), or both; and the condition of a partial one
+_PARTIAL, _WHERE = "sqldelay_partial", "sqldelay_where"
+
+
+def _partial_dialects() -> tuple[str, ...]:
+    from .dialects import REGISTRY
+
+    return tuple(name for name, dao in REGISTRY.items() if dao.partial_indexes)
+
+
+def _keeps_partial(op) -> bool:
+    """Whether the database an Alembic migration runs on keeps partial indexes."""
+    return op.get_context().dialect.name in _partial_dialects()
+
+
+def _made_on(ddl, target: sa.Index, bind, dialect: sa.Dialect | None = None, **kw) -> bool:
+    """``ddl_if``'s test: whether ``target`` is made on ``dialect``'s database."""
+    return index_made_on(target, dialect if dialect is not None else bind.dialect)
+
+
+def index_made_on(index: sa.Index, dialect: sa.Dialect) -> bool:
+    """Whether the queue tables' ``index`` exists on ``dialect``'s database (some exist only
+    where partial indexes are kept, some only where they are not)."""
+    return (dialect.name in _partial_dialects()) in index.info.get(_PARTIAL, {False, True})
+
+
+def index_condition(index: sa.Index) -> str | None:
+    """The condition of the queue tables' partial ``index`` (None: it holds every row)."""
+    return index.info.get(_WHERE)
+
+
+def _create_index(op, table: str, ix: _Index) -> None:
+    op.create_index(table + ix.suffix, table, _elements(ix.columns), unique=ix.unique,
+                    **ix.options())
 
 
 def _elements(columns: tuple[str, ...], table: sa.Table | None = None) -> list:
@@ -209,9 +278,19 @@ QUEUE = _TableSpec("", "0001", (
     _Index("_kind_due_ix", ("pkind", "scheduled_at", "id")),
     _Index("_lock_ix", ("lock_uuid",), until="0004"),
     # claims read this one: among due messages, higher priority first, then due order
-    _Index("_kind_prio_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0004"),
+    _Index("_kind_prio_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0004",
+           replaced="0007"),
     # the locked (in-flight) messages of a queue, counted for its concurrency cap
-    _Index("_kind_lock_ix", ("pkind", "lock_uuid"), since="0004"),
+    _Index("_kind_lock_ix", ("pkind", "lock_uuid"), since="0004", replaced="0007"),
+    # where partial indexes are kept, the two above are split by lock: claims read the
+    # unlocked messages in claim order from the first, and those whose lock has expired from
+    # the second, which also holds the in-flight ones counted for a concurrency cap. A claim
+    # then takes its messages out of the first instead of adding an entry for each at its
+    # lock's expiry, which every later claim of a lower priority walked past until vacuum
+    _Index("_kind_ready_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0007",
+           where="lock_uuid IS NULL"),
+    _Index("_kind_flight_ix", ("pkind", "scheduled_at", "id"), since="0007",
+           where="lock_uuid IS NOT NULL"),
     # a group's messages, in the group's order (claims take each group's first due one)
     _Index("_kind_group_ix", ("pkind", "group_key", "priority DESC", "scheduled_at_initially",
                               "id"), since="0004"),

@@ -164,3 +164,47 @@ def test_create_schema_is_idempotent_and_records_the_version(engine):
     finally:
         drop_schema(engine, table_name=name)
     assert shape(str(engine.url.render_as_string(hide_password=False)), name) == {}
+
+
+def test_an_upgrade_from_the_0006_schema_claims_in_order_through_the_new_indexes(backend_url,
+                                                                                  engine):
+    """0007 splits the claim index by lock where partial indexes are kept (PostgreSQL):
+    messages written under 0006, unlocked, locked with the lock expired and locked still, are
+    claimed after the upgrade in priority order as before, the expired one among them."""
+    name = unique_name("sqdu")
+    alembic(backend_url, name, "upgrade", "0006")
+    try:
+        kind, now = "orders|json", 1_000_000
+        with engine.begin() as conn:
+            for key, at, lock, priority in (("low", now - 50, None, 1),
+                                            ("high", now - 5, None, 5),
+                                            ("expired", now - 10, "L-1", 3),
+                                            ("held", now + 30_000, "L-2", 9),
+                                            ("later", now + 60_000, None, 7)):
+                conn.execute(sa.text(
+                    f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, "
+                    "scheduled_at_initially, lock_uuid, created_at, deliveries, priority) "
+                    "VALUES (:k, :key, :p, :at, :at, :lock, :c, :d, :r)"),
+                    {"k": kind, "key": key, "p": b'{"v":1}', "at": at, "lock": lock,
+                     "c": now - 100, "d": 1 if lock else 0, "r": priority})
+        create_schema(engine, table_name=name)
+        indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
+        split = {"_kind_ready_ix", "_kind_flight_ix"}
+        whole = {"_kind_prio_ix", "_kind_lock_ix"}
+        partial = engine.dialect.name == "postgresql"
+        assert (split if partial else whole) <= indexes
+        assert not indexes & (whole if partial else split)
+        from sqldelay import FakeClock
+        from sqldelay.clock import from_ms
+
+        queue = DelayedQueue(engine, "orders", table_name=name, clock=FakeClock(from_ms(now)))
+        stats = queue.stats()
+        assert (stats.due, stats.scheduled, stats.in_flight) == (3, 1, 1)
+        claimed = queue.poll_many(10)
+        assert [(e.key, e.attempt) for e in claimed] == [("high", 1), ("expired", 2),
+                                                         ("low", 1)]
+        assert queue.stats().in_flight == 4
+        assert all(queue.ack(e) for e in claimed)
+        assert queue.poll_many(10) == []  # "held" keeps its lock, "later" is not due
+    finally:
+        drop_schema(engine, table_name=name)

@@ -19,7 +19,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from sqldelay.dialects import OfferRow
 from sqldelay.dialects.flow import Control
 from sqldelay.history import EventKind, Recorder
-from sqldelay.schema import history_table
+from sqldelay.schema import history_table, index_made_on
 
 
 class FakeResult:
@@ -147,8 +147,10 @@ def render(stmt, params, dialect: sa.Dialect) -> str:
 
 
 def ddl(table: sa.Table, dialect: sa.Dialect) -> list[str]:
-    stmts = [CreateTable(table), *(CreateIndex(i) for i in sorted(table.indexes,
-                                                                   key=lambda i: i.name))]
+    """The DDL of ``table`` and of the indexes it has on ``dialect``'s database."""
+    indexes = sorted((i for i in table.indexes if index_made_on(i, dialect)),
+                     key=lambda i: i.name)
+    stmts = [CreateTable(table), *(CreateIndex(i) for i in indexes)]
     return [" ".join(str(s.compile(dialect=dialect)).split()) for s in stmts]
 
 

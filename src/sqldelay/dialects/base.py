@@ -167,6 +167,9 @@ class QueueDao(FlowControl):
     # the messages a queue object creates before it makes sure the table has planner
     # statistics (``gather_statistics``); None where the claim's plan does not rest on them
     statistics_after: ClassVar[int | None] = None
+    # the queue tables' partial indexes are made here (``schema._Index.where``): claims read
+    # unlocked messages and expired locks through two indexes, and must say which they read
+    partial_indexes: ClassVar[bool] = False
 
     def __init__(self, table: sa.Table) -> None:
         self.table = t = table

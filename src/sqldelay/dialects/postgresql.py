@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql as pg
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
 from .base import Advice, ClaimedRow, OfferRow, QueueDao, in_claim_order
-from .flow import claim_order, group_order, walk_length
+from .flow import group_order, walk_length
 
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
 # churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
@@ -76,6 +76,7 @@ class PostgresQueueDao(QueueDao):
     bucket_in_claim = True
     statistics_after = 50_000
     claims_side_by_side = True
+    partial_indexes = True
     delete_returning = True
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
@@ -88,6 +89,7 @@ class PostgresQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
+        self.claim_index = f"{table.name}_kind_ready_ix"  # of unlocked messages: see schema
         self._offer_cache: dict[tuple[str, bool, bool], tuple] = {}
         self._unnest_inserts: dict[tuple, sa.Insert] = {}
         self._claims: dict[tuple[tuple[str, ...], bool], sa.Update] = {}
@@ -102,6 +104,27 @@ class PostgresQueueDao(QueueDao):
         return self.table.c.id == sa.any_(
             sa.cast(sa.bindparam("ids", type_=_IdList()), pg.ARRAY(sa.BigInteger)))
 
+    def in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
+                       skip_locked: bool = False) -> sa.Select:
+        # Two reads, each through its partial index (``schema``: ``_kind_ready_ix``,
+        # ``_kind_flight_ix``): the unlocked due messages in claim order, and the locked ones
+        # whose lock has expired (few, if any: sorted). Each takes ``limit`` at most and locks
+        # what it returns; the first ``limit`` of both, in claim order, are the due messages.
+        # (One read of a claim index holding every message walked, below each priority's due
+        # messages, an entry for every message claimed since the last vacuum, at its lock's
+        # expiry: claims of a lower priority passed them all.)
+        t = self.table
+        order = (t.c.priority.label("o_priority"), t.c.scheduled_at.label("o_due"),
+                 t.c.id.label("o_id"))
+        parts = []
+        for locked in (t.c.lock_uuid.is_(None), t.c.lock_uuid.is_not(None)):
+            part = super().in_claim_order(base.add_columns(*order).where(locked), limit,
+                                          skip_locked=skip_locked)
+            parts.append(sa.select(part.subquery()))
+        both = sa.union_all(*parts).subquery()
+        return (sa.select(*list(both.c)[:len(base.selected_columns)])
+                .order_by(both.c.o_priority.desc(), both.c.o_due, both.c.o_id).limit(limit))
+
     def _claim_statement(self, where: tuple[str, ...], by: bool = False) -> sa.Update:
         """One statement: a MATERIALIZED CTE picks due ids FOR UPDATE SKIP LOCKED (materialized
         so the LIMIT runs once), the UPDATE marks them (and names their holder when ``by``)
@@ -115,18 +138,16 @@ class PostgresQueueDao(QueueDao):
             kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
             limit = sa.bindparam("limit", type_=sa.Integer)
             bucketed = "bucket" in where
-            order = [t.c.priority] if bucketed else []  # to keep the claim order after it
             # with a bucket, nothing is picked where it held no token when the statement began
             # (read without a lock: the pick comes before the lock, below)
             funded = ([sa.exists().where(s.c.pkind == kind, self.bucket_held(now) >= 1000)]
                       if bucketed else [])
             picked = (
-                sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, *order)
-                .where(t.c.pkind == kind, t.c.scheduled_at <= now,
-                       *self.due_conditions([w for w in where if w != "bucket"]), *funded)
-                .order_by(*claim_order(t))
-                .limit(limit)
-                .with_for_update(skip_locked=True)
+                self.in_claim_order(
+                    sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by,
+                              t.c.priority)
+                    .where(*self.due_conditions([w for w in where if w != "bucket"]), *funded),
+                    limit, skip_locked=True)
                 .cte("picked")
                 .prefix_with("MATERIALIZED")
             )
@@ -479,12 +500,9 @@ class PostgresQueueDao(QueueDao):
         # index, which in a queue of groups alone would pass every due message to find none
         u = t.alias("u")
         any_loose = sa.select(u.c.id).where(u.c.pkind == kind, u.c.group_key.is_(None)).exists()
-        loose = (sa.select(*columns)
-                 .where(t.c.pkind == kind, t.c.scheduled_at <= now, t.c.group_key.is_(None),
-                        any_loose)
-                 .order_by(*claim_order(t))
-                 .limit(loose_limit)
-                 .with_for_update(skip_locked=True)
+        loose = (self.in_claim_order(sa.select(*columns).where(t.c.group_key.is_(None),
+                                                               any_loose),
+                                     loose_limit, skip_locked=True)
                  .cte("loose").prefix_with("MATERIALIZED"))
         both = sa.union_all(sa.select(*heads.c), sa.select(*loose.c)).subquery("both")
         picked = (sa.select(*both.c)
@@ -524,14 +542,16 @@ class PostgresQueueDao(QueueDao):
             row = (sa.select(one.label("present"), g.c.claimed_until)
                    .where(g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key)
                    .limit(1).lateral("gr"))
-            walk = (sa.select(t.c.group_key,
-                              sa.func.coalesce(row.c.present, zero).label("known"),
-                              sa.func.row_number().over(order_by=claim_order(t)).label("pos"))
-                    .select_from(t.outerjoin(row, sa.true()))
-                    .where(t.c.pkind == kind, t.c.scheduled_at <= now,
-                           row.c.claimed_until.is_(None) | (row.c.claimed_until <= now),
-                           groups_only)
-                    .order_by(*claim_order(t)).limit(walked)
+            walked_rows = self.in_claim_order(
+                sa.select(t.c.group_key, sa.func.coalesce(row.c.present, zero).label("known"),
+                          t.c.priority, t.c.scheduled_at, t.c.id)
+                .select_from(t.outerjoin(row, sa.true()))
+                .where(row.c.claimed_until.is_(None) | (row.c.claimed_until <= now),
+                       groups_only),
+                walked).subquery("walked")
+            w = walked_rows.c
+            walk = (sa.select(w.group_key, w.known, sa.func.row_number().over(
+                        order_by=(w.priority.desc(), w.scheduled_at, w.id)).label("pos"))
                     .cte("walk").prefix_with("MATERIALIZED"))
             new = (sa.select(sa.bindparam("b_kind", type_=g.c.pkind.type), walk.c.group_key)
                    .where(walk.c.known == zero, walk.c.group_key.is_not(None)))
