@@ -80,7 +80,7 @@ class DeadLettersBase:
                 sa.select(q.c.pkind, q.c.pkey, q.c.payload, q.c.scheduled_at_initially,
                           q.c.created_at, q.c.deliveries, q.c.priority, q.c.group_key,
                           q.c.enqueued_by)
-                .where(q.c.id == envelope.row_id, q.c.lock_uuid == envelope.lock),
+                .where(q.c.id == envelope.row_id, queue.dao.held_by(envelope.lock)),
                 q, skip=False)).first()
             if row is None or not queue.dao.ack(conn, envelope.row_id, envelope.lock):
                 return False

@@ -328,8 +328,9 @@ def test_a_claim_whose_tokens_another_spent_first_takes_only_what_is_left(make_q
         got = []
         with engine.connect() as other:
             other.execute(spend)  # uncommitted: the settings row stays locked
+            holder = other.exec_driver_sql("SELECT pg_backend_pid()").scalar()
             claim = in_thread(lambda: got.extend(queue.poll_many(3)))
-            wait_for(lambda: _waits_for_a_row_lock(engine, settings.name),
+            wait_for(lambda: _waits_for(engine, holder),
                      what="the claim to wait for the settings row")
             other.commit()
         claim.join(20)
@@ -355,12 +356,13 @@ def test_a_claim_whose_tokens_another_spent_first_takes_only_what_is_left(make_q
     assert [(m.deliveries, m.in_flight) for m in waiting] == [(0, False)] * 4
 
 
-def _waits_for_a_row_lock(engine, table: str) -> bool:
-    """Whether a PostgreSQL session waits for a lock in a statement naming ``table``."""
+def _waits_for(engine, holder: int) -> bool:
+    """Whether a PostgreSQL session waits for a lock that the session ``holder`` (a
+    backend's pid) holds."""
     with engine.connect() as conn:
         return conn.execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND position(:table IN query) > 0"), {"table": table}).scalar() > 0
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE :holder = ANY(pg_blocking_pids(pid))"), {"holder": holder}).scalar() > 0
 
 
 def test_each_claim_obeys_the_controls_set_since_the_one_before(make_queue, clock):

@@ -188,8 +188,8 @@ class QueueDao(FlowControl):
         # offer_many's client time on MariaDB
         self._existing = self.select_existing()
         self._ack = sa.delete(t).where(t.c.id == sa.bindparam("id"),
-                                       t.c.lock_uuid == sa.bindparam("lock"))
-        self._ack_many = sa.delete(t).where(t.c.lock_uuid == sa.bindparam("lock"),
+                                       self.held_by(sa.bindparam("lock")))
+        self._ack_many = sa.delete(t).where(self.held_by(sa.bindparam("lock")),
                                             self.ids_listed())
         self._init_flow()
         mark = (self.by_id(sa.update(t).where(self.ids_listed()), t)
@@ -198,6 +198,10 @@ class QueueDao(FlowControl):
         # by whether the claim names its holder (queues that keep history)
         self._mark_claimed = {False: mark,
                               True: mark.values(claimed_by=sa.bindparam("actor"))}
+
+    def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
+        """The message is claimed under ``lock`` (a condition beside its id, which finds it)."""
+        return self.table.c.lock_uuid == lock
 
     def ids_listed(self) -> sa.ColumnElement[bool]:
         """The messages whose ids the parameter ``ids`` lists (acks, claim marks)."""
@@ -643,7 +647,7 @@ class QueueDao(FlowControl):
         """``ack_many`` that says which messages (by key) were deleted."""
         t = self.table
         return {key for chunk in chunked(ids, self.in_list_max)
-                for key in self.delete_which(conn, t.c.lock_uuid == lock, t.c.id.in_(chunk),
+                for key in self.delete_which(conn, self.held_by(lock), t.c.id.in_(chunk),
                                              count=len(chunk))}
 
     def move_locked(self, row_id: int, lock: str, scheduled_at: int,
@@ -653,7 +657,7 @@ class QueueDao(FlowControl):
         values = {"scheduled_at": scheduled_at}
         if not keep_lock:
             values["lock_uuid"] = None
-        return sa.update(t).where(t.c.id == row_id, t.c.lock_uuid == lock).values(**values)
+        return sa.update(t).where(t.c.id == row_id, self.held_by(lock)).values(**values)
 
     # ---- reads and deletes by key --------------------------------------------------------
 

@@ -392,20 +392,23 @@ class FlowControl:
         # condition (EXISTS) as a value in a select list
         known = sa.case((self._group_known, sa.literal_column("1")),
                         else_=sa.literal_column("0"))
-        return self.in_claim_order(sa.select(t.c.group_key, known.label("known"))
-                                   .where(~self._busy_group),
-                                   sa.bindparam("walk", type_=sa.Integer))
+        return self.due_in_claim_order(sa.select(t.c.group_key, known.label("known"))
+                                       .where(~self._busy_group),
+                                       sa.bindparam("walk", type_=sa.Integer))
 
-    def in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
-                       skip_locked: bool = False) -> sa.Select:
-        """``base`` (a read of the queue table: its columns and conditions) cut to the first
-        ``limit`` due messages (of b_kind, at b_now) in claim order, locking each it returns
-        where ``skip_locked``, passing over rows others have locked. A dialect whose claims
-        read unlocked messages and expired locks through indexes of their own
+    def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
+                           gate: Sequence[sa.ColumnElement[bool]] = (),
+                           skip_locked: bool = False) -> sa.Select:
+        """``base`` (a read of the queue table: its columns, and conditions on each message)
+        cut to the first ``limit`` due messages (of b_kind, at b_now) in claim order, locking
+        each it returns where ``skip_locked``, passing over rows others have locked; nothing
+        where a condition of ``gate`` (on the queue, not on its messages) fails. A dialect
+        whose claims read unlocked messages and expired locks through indexes of their own
         (``partial_indexes``) reads each there."""
         t = self.table
         stmt = (base.where(t.c.pkind == sa.bindparam("b_kind"),
-                           t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger))
+                           t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger),
+                           *gate)
                 .order_by(*claim_order(t)).limit(limit))
         return self.lock_rows(stmt, t, skip=True) if skip_locked else stmt
 

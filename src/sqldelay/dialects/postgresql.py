@@ -96,6 +96,15 @@ class PostgresQueueDao(QueueDao):
         self._heads_claims: dict[bool, sa.Select] = {}
         self._groups_claims: dict[bool, sa.CompoundSelect] = {}
 
+    def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
+        # IS NOT DISTINCT FROM, where = would do: from "lock_uuid = x" the planner infers
+        # "lock_uuid IS NOT NULL", the condition of the in-flight index, and read that index
+        # whole for an ack (a tiny index, as its statistics said) with the ids as a filter,
+        # their array parsed again for each entry: 0.45 ms an ack of 100, against 0.18 ms
+        # through the primary key. This form it does not read so, and means the same here
+        # (the lock is never NULL).
+        return self.table.c.lock_uuid.is_not_distinct_from(lock)
+
     def ids_listed(self) -> sa.ColumnElement[bool]:
         # one array parameter instead of an IN-list: the statement text is the same for any
         # batch, so psycopg parses it once and the server can prepare it; and its plan probes
@@ -104,25 +113,27 @@ class PostgresQueueDao(QueueDao):
         return self.table.c.id == sa.any_(
             sa.cast(sa.bindparam("ids", type_=_IdList()), pg.ARRAY(sa.BigInteger)))
 
-    def in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
-                       skip_locked: bool = False) -> sa.Select:
+    def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
+                           gate: Sequence[sa.ColumnElement[bool]] = (),
+                           skip_locked: bool = False) -> sa.Select:
         # Two reads, each through its partial index (``schema``: ``_kind_ready_ix``,
         # ``_kind_flight_ix``): the unlocked due messages in claim order, and the locked ones
         # whose lock has expired (few, if any: sorted). Each takes ``limit`` at most and locks
         # what it returns; the first ``limit`` of both, in claim order, are the due messages.
         # (One read of a claim index holding every message walked, below each priority's due
         # messages, an entry for every message claimed since the last vacuum, at its lock's
-        # expiry: claims of a lower priority passed them all.)
+        # expiry: claims of a lower priority passed them all.) The gate is tested once, before
+        # either read: in each, it was planned twice (planning is a fifth of a claim's time).
         t = self.table
         order = (t.c.priority.label("o_priority"), t.c.scheduled_at.label("o_due"),
                  t.c.id.label("o_id"))
         parts = []
         for locked in (t.c.lock_uuid.is_(None), t.c.lock_uuid.is_not(None)):
-            part = super().in_claim_order(base.add_columns(*order).where(locked), limit,
-                                          skip_locked=skip_locked)
+            part = super().due_in_claim_order(base.add_columns(*order).where(locked), limit,
+                                              skip_locked=skip_locked)
             parts.append(sa.select(part.subquery()))
         both = sa.union_all(*parts).subquery()
-        return (sa.select(*list(both.c)[:len(base.selected_columns)])
+        return (sa.select(*list(both.c)[:len(base.selected_columns)]).where(*gate)
                 .order_by(both.c.o_priority.desc(), both.c.o_due, both.c.o_id).limit(limit))
 
     def _claim_statement(self, where: tuple[str, ...], by: bool = False) -> sa.Update:
@@ -142,12 +153,13 @@ class PostgresQueueDao(QueueDao):
             # (read without a lock: the pick comes before the lock, below)
             funded = ([sa.exists().where(s.c.pkind == kind, self.bucket_held(now) >= 1000)]
                       if bucketed else [])
+            each = [w for w in where if w == "ungrouped"]  # a condition on each message
+            gate = [w for w in where if w not in ("bucket", "ungrouped")]  # on the queue
             picked = (
-                self.in_claim_order(
+                self.due_in_claim_order(
                     sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by,
-                              t.c.priority)
-                    .where(*self.due_conditions([w for w in where if w != "bucket"]), *funded),
-                    limit, skip_locked=True)
+                              t.c.priority).where(*self.due_conditions(each)),
+                    limit, gate=[*self.due_conditions(gate), *funded], skip_locked=True)
                 .cte("picked")
                 .prefix_with("MATERIALIZED")
             )
@@ -500,9 +512,8 @@ class PostgresQueueDao(QueueDao):
         # index, which in a queue of groups alone would pass every due message to find none
         u = t.alias("u")
         any_loose = sa.select(u.c.id).where(u.c.pkind == kind, u.c.group_key.is_(None)).exists()
-        loose = (self.in_claim_order(sa.select(*columns).where(t.c.group_key.is_(None),
-                                                               any_loose),
-                                     loose_limit, skip_locked=True)
+        loose = (self.due_in_claim_order(sa.select(*columns).where(t.c.group_key.is_(None)),
+                                         loose_limit, gate=[any_loose], skip_locked=True)
                  .cte("loose").prefix_with("MATERIALIZED"))
         both = sa.union_all(sa.select(*heads.c), sa.select(*loose.c)).subquery("both")
         picked = (sa.select(*both.c)
@@ -542,13 +553,12 @@ class PostgresQueueDao(QueueDao):
             row = (sa.select(one.label("present"), g.c.claimed_until)
                    .where(g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key)
                    .limit(1).lateral("gr"))
-            walked_rows = self.in_claim_order(
+            walked_rows = self.due_in_claim_order(
                 sa.select(t.c.group_key, sa.func.coalesce(row.c.present, zero).label("known"),
                           t.c.priority, t.c.scheduled_at, t.c.id)
                 .select_from(t.outerjoin(row, sa.true()))
-                .where(row.c.claimed_until.is_(None) | (row.c.claimed_until <= now),
-                       groups_only),
-                walked).subquery("walked")
+                .where(row.c.claimed_until.is_(None) | (row.c.claimed_until <= now)),
+                walked, gate=[groups_only]).subquery("walked")
             w = walked_rows.c
             walk = (sa.select(w.group_key, w.known, sa.func.row_number().over(
                         order_by=(w.priority.desc(), w.scheduled_at, w.id)).label("pos"))
@@ -604,7 +614,7 @@ class PostgresQueueDao(QueueDao):
         as they were before the statement, so those it deletes are left out by id."""
         t, g = self.table, self.groups
         kind, lock = sa.bindparam("b_kind"), sa.bindparam("lock")
-        gone = sa.delete(t).where(t.c.lock_uuid == lock, self.ids_listed()).returning(
+        gone = sa.delete(t).where(self.held_by(lock), self.ids_listed()).returning(
             t.c.id).cte("gone")
         n = self._names()
         others = self.probe(sa.select(sa.literal_column("1")).where(
