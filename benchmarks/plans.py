@@ -96,9 +96,11 @@ def due_statement(queue: DelayedQueue, where: tuple[str, ...]) -> sa.Executable:
     return dao.select_due(where)
 
 
-def explain(engine, stmt, values: dict, table: sa.Table) -> Plan:
+def explain(engine, stmt, values: dict, table: sa.Table,
+            settings: sa.Executable | None = None) -> Plan:
     """The database's plan for ``stmt`` with ``values`` bound, read for what it does with
-    ``table``."""
+    ``table`` (in a transaction that first runs ``settings``, as the claim does, where
+    given)."""
     compiled = stmt.compile(dialect=engine.dialect)
     state = compiled.construct_expanded_state(compiled.construct_params(values))
     sql, params = state.statement, state.parameters
@@ -106,6 +108,8 @@ def explain(engine, stmt, values: dict, table: sa.Table) -> Plan:
         params = tuple(params[name] for name in state.positiontup)
     name = re.escape(table.name)
     with engine.connect() as conn:
+        if settings is not None:
+            conn.execute(settings)
         if engine.dialect.name == "postgresql":
             text = "\n".join(conn.exec_driver_sql("EXPLAIN " + sql, params).scalars())
             return Plan(text, frozenset(re.findall(

@@ -191,7 +191,8 @@ def flow_plans(bench: Bench) -> None:
 
 def _plans(bench: Bench, queue, variant: str) -> dict:
     """Each read's plan, and whether it is the one wanted: the priority claim walks the claim
-    index in order; the group heads probe the group index once per group; the ungrouped
+    index in order; the group heads probe the group index once per group (planned under the
+    settings the grouped claim's transaction runs with, ``walk_settings``); the ungrouped
     messages of a grouped queue come from an index (sorted, when the group index finds them:
     the planner's choice, bounded by the ungrouped due messages), never from the whole table."""
     dao, t = queue.dao, queue.dao.table
@@ -210,7 +211,7 @@ def _plans(bench: Bench, queue, variant: str) -> dict:
     values = {"b_kind": queue.pkind, "b_now": now, "b_limit": bench.batch}
     groups = [f"g{i}" for i in range(bench.batch)]
     stmt, params = dao.heads_plan(bench.engine.dialect, queue.pkind, groups, now, bench.batch)
-    heads = explain(bench.engine, stmt, {**values, **params}, t)
+    heads = explain(bench.engine, stmt, {**values, **params}, t, dao.walk_settings())
     ungrouped = explain(bench.engine, due_statement(queue, ("ungrouped",)), values, t)
     return {"group heads": {"plan": heads.text, "as_expected":
                             f"{t.name}_kind_group_ix" in heads.indexes and not heads.full_scan},

@@ -1,11 +1,12 @@
 """A new PostgreSQL queue table gets its planner statistics from the queue that fills it.
 
 Without statistics PostgreSQL plans a queue's reads for a handful of messages, which for some
-of them (the claim index holding every message did so at every claim) means reading every
-due message and sorting them, so a claim's cost grows with the backlog until autovacuum first
-analyzes the table (never, where autovacuum is off). A queue object that has created
-``statistics_after`` messages makes sure the table has statistics, once. The other databases'
-claims do not rest on statistics a queue could gather (``statistics_after`` is None there).
+of them means reading every due message and sorting them (the plain claim did so at every
+claim while one claim index held every message: a cost that grew with the backlog until
+autovacuum first analyzed the table, never where autovacuum is off). A queue object that has
+created ``statistics_after`` messages makes sure the table has statistics, once. The other
+databases' claims do not rest on statistics a queue could gather (``statistics_after`` is
+None there).
 """
 
 from __future__ import annotations

@@ -542,6 +542,11 @@ class FlowControl:
 
     # ---- per-database hooks -----------------------------------------------------------------
 
+    def walk_settings(self) -> sa.Executable | None:
+        """What ``walk`` runs first in the claim's transaction (the database's planner
+        settings), or None."""
+        return None
+
     def walk(self, conn: sa.Connection, stmt: sa.Select, params: dict,
              own_transaction: bool) -> Sequence:
         """The rows of ``stmt``, a read of the first messages in claim order meant as a walk
