@@ -210,7 +210,10 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("rate-limited claim", lambda c: dao.claim_checked(
         c, kind, 100, 10, "L", 400, last=rate, optimistic=True),
         [taken] if dao.bucket_in_claim else [[RATE_ROW], taken])
-    if not dao.bucket_in_claim:  # its bucket had tokens to spare: claimed on credit
+    if dao.bucket_in_claim:  # run again after a conflict: the settings locked first
+        record("rate-limited claim, locked", lambda c: dao.claim_checked(
+            c, kind, 100, 10, "L", 400, last=rate, optimistic=False), [taken])
+    else:  # its bucket had tokens to spare: claimed on credit
         spare = Control(False, False, 1000, 1000, 1_000_000, 0, None)
         record("claim on credit", lambda c: dao.claim_checked(
             c, kind, 100, 10, "L", 400, last=spare, optimistic=True), [taken])

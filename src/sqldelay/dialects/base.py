@@ -473,9 +473,11 @@ class QueueDao(FlowControl):
         ``claim_controlled``."""
         bucketed = last is not None and self._bucketed(last)
         grouped = last is not None and self._grouped(last)
+        # the bucket charged last, on credit of what it held, where a conflict can be run again
+        bucket = ("bucket_credit",) if optimistic else ("bucket",)
         if last is None or bucketed:
             rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms,
-                                    ("bucket",) if bucketed else ("guard",), actor)
+                                    bucket if bucketed else ("guard",), actor)
             if rows:
                 return rows, last
         elif grouped:
@@ -493,7 +495,7 @@ class QueueDao(FlowControl):
         if self._bucketed(control):
             if bucketed:  # claimed with its bucket just now: nothing due, or no token
                 return [], control
-            return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, ("bucket",),
+            return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, bucket,
                                     actor), control
         self.require_transaction(conn)
         if self._grouped(control):

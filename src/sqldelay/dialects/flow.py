@@ -14,14 +14,15 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
   the same transaction;
 - a rate limit and no cap: claims take turns only while the bucket is charged. For a rate
   limit alone, where the dialect can (``bucket_in_claim``: PostgreSQL), the claim is one
-  statement that picks the due messages, then locks the settings row, claims at most what
-  the bucket holds of them and charges it. Elsewhere (and with groups) the claim takes at
-  most what the bucket held when read (or, on credit, what it held at the queue's last
-  claim, without reading it), then charges the bucket with one conditional UPDATE that
-  refills and spends it in SQL, just before the commit. Where a concurrent claim spent the
-  tokens first, the UPDATE changes nothing and the claim runs again, settings locked first
-  (``Raced``); in a caller's transaction, which cannot run again, it locks them first
-  always;
+  statement that picks the due messages, claims at most what the bucket held when it began
+  and charges the bucket last, failing whole where a concurrent claim spent the tokens
+  meanwhile (``Raced``; run again, it locks the settings row before it claims). Elsewhere
+  (and with groups) the claim takes at most what the bucket held when read (or, on credit,
+  what it held at the queue's last claim, without reading it), then charges the bucket with
+  one conditional UPDATE that refills and spends it in SQL, just before the commit. Where a
+  concurrent claim spent the tokens first, the UPDATE changes nothing and the claim runs
+  again, settings locked first (``Raced``); in a caller's transaction, which cannot run
+  again, it locks them first always;
 - groups (the queue has had grouped messages): a message of group G is claimed only while no
   other message of G is in flight, and only the first of G in claim order. Each group has a
   row in ``<table>_groups``, created by the first claim that meets the group; claims lock the
