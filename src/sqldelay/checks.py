@@ -37,7 +37,7 @@ def check_text(value: Any, what: str, max_length: int) -> None:
 
 def check_texts(values: list, what: str, max_length: int) -> None:
     """``check_text`` of each of ``values``, in one pass over them all where every one is
-    fine (an ``offer_many``'s keys: a quarter of the cost of checking each); only otherwise
+    fine (an ``offer_many``'s keys: half the cost of checking each); only otherwise
     each on its own, to name the first that is not."""
     if (all(type(value) is str for value in values)
             and 0 < min(map(len, values), default=1)

@@ -693,7 +693,7 @@ class _Checked:
         kept: list[OfferRow] | None = []
         kept_bytes = 0
         keys = _checked_keys(queue, messages)
-        self.has_groups = _checked_groups(messages)
+        self.has_groups = _check_priorities_and_groups(messages)
         # the messages of a call often share one due time: the same datetime is converted once
         last_when, last_at = None, now
         for message in messages:
@@ -775,8 +775,8 @@ def _checked_keys(queue: QueueBase, messages: Sequence[Message]) -> list[str]:
     return keys
 
 
-def _checked_groups(messages: Sequence[Message]) -> bool:
-    """Whether any of ``messages`` has a group, each priority and group checked."""
+def _check_priorities_and_groups(messages: Sequence[Message]) -> bool:
+    """Check the priority and group of each of ``messages``; whether any has a group."""
     priorities = [message.priority for message in messages]
     if (not all(type(p) is int for p in priorities)
             or min(priorities) < MIN_PRIORITY or max(priorities) > MAX_PRIORITY):

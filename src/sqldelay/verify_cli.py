@@ -50,8 +50,7 @@ def findings(conn: sa.Connection, table_name: str) -> list[tuple[str, str, str]]
                 if index.name not in present and index_made_on(index, conn.dialect):
                     out.append((PROBLEM, index.name,
                                 f"index missing on {table.name}: the reads it serves scan "
-                                f"the table instead; create it again "
-                                f"({_columns(index, conn.dialect)})"))
+                                f"the table instead; create it again ({_columns(index)})"))
         if all(level == OK for level, _, _ in out):
             out.append((OK, "tables and indexes", "all present"))
     for advice in dao_class_for(conn.dialect).settings_advice(conn, table_name):
@@ -60,11 +59,11 @@ def findings(conn: sa.Connection, table_name: str) -> list[tuple[str, str, str]]
     return out
 
 
-def _columns(index: sa.Index, dialect: sa.Dialect) -> str:
+def _columns(index: sa.Index) -> str:
     """The index's columns, and the condition of a partial one."""
     columns = ", ".join(e.name if isinstance(e, sa.Column) else f"{e.element.name} DESC"
                         for e in index.expressions)  # a column, or one descending
-    where = index_condition(index) if index_made_on(index, dialect) else None
+    where = index_condition(index)
     return columns if where is None else f"{columns} WHERE {where}"
 
 
