@@ -163,8 +163,7 @@ class _TableSpec(NamedTuple):
             return
         if self.since > revision:
             return
-        name, partial = self.name(table_name), _keeps_partial(op)
-        spans = [(ix, span) for ix in self.indexes if (span := ix.span(partial)) is not None]
+        name, spans = self.name(table_name), self._spans(op)
         for ix, (_, until) in spans:
             if until == revision:
                 op.drop_index(name + ix.suffix, table_name=name)
@@ -175,6 +174,12 @@ class _TableSpec(NamedTuple):
             if since == revision:
                 _create_index(op, name, ix)
 
+    def _spans(self, op) -> list[tuple[_Index, tuple[str, str | None]]]:
+        """Each index made on the database an Alembic migration runs on, with the migrations
+        that make and drop it there."""
+        partial = _keeps_partial(op)
+        return [(ix, span) for ix in self.indexes if (span := ix.span(partial)) is not None]
+
     def downgrade_op(self, op, table_name: str, revision: str) -> None:
         """Undo migration ``revision``'s step for this table."""
         name = self.name(table_name)
@@ -183,8 +188,7 @@ class _TableSpec(NamedTuple):
             return
         if self.since > revision:
             return
-        partial = _keeps_partial(op)
-        spans = [(ix, span) for ix in self.indexes if (span := ix.span(partial)) is not None]
+        spans = self._spans(op)
         for ix, (since, _) in spans:
             if since == revision:
                 op.drop_index(name + ix.suffix, table_name=name)
