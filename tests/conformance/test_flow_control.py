@@ -179,6 +179,30 @@ def test_controls_set_beside_groups_since_the_last_claim_hold_at_once(make_queue
     assert [e.key for e in queue.poll_many(10)] == ["z0"]
 
 
+def test_a_grouped_claim_in_the_callers_transaction_keeps_groups_serial_and_rolls_back(
+        make_queue, front, clock):
+    # the claim takes the group-aware path in the caller's transaction: once for groups met
+    # for the first time, once beside a concurrency cap (the path that locks the settings)
+    queue = make_queue(acquire_timeout=30 * S)
+    queue.offer_many([Message(f"{g}{i}", i, clock.now() - (5 - i) * S, group=g)
+                      for g in ("x", "y") for i in range(3)] + [Message("loose", 0)])
+    for cap in (None, 10):
+        queue.set_concurrency_limit(cap)
+        with front.connect() as conn:
+            got = queue.poll_many(10, connection=conn)
+            assert sorted(e.key for e in got) == ["loose", "x0", "y0"]
+            assert queue.poll_many(10, connection=conn) == []  # both groups held, in here too
+            conn.rollback()  # the claims, and the groups' marks, undone with the transaction
+        assert queue.stats().in_flight == 0
+    with front.connect() as conn:
+        got = queue.poll_many(10, connection=conn)
+        conn.commit()
+    assert sorted(e.key for e in got) == ["loose", "x0", "y0"]
+    assert queue.poll_many(10) == []  # committed: the groups stay held outside it
+    assert queue.ack_many(got) == 3
+    assert sorted(e.key for e in queue.poll_many(10)) == ["x1", "y1"]
+
+
 def test_a_group_keeps_its_row_while_it_has_messages_and_drops_it_with_the_last(
         make_queue, engine, table_name, clock):
     queue = make_queue(acquire_timeout=30 * S)

@@ -383,7 +383,8 @@ class FlowControl:
             loose = limit - len(won) if seen == walk else 0
         if not won and not loose:
             return []
-        return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor)
+        return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor,
+                                own_transaction)
 
     @functools.cached_property
     def _walk(self) -> sa.Select:
@@ -429,11 +430,11 @@ class FlowControl:
         return won
 
     def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
-                    now_ms: int, limit: int, lock: str, until_ms: int,
-                    actor: str | None) -> list:
+                    now_ms: int, limit: int, lock: str, until_ms: int, actor: str | None,
+                    own_transaction: bool) -> list:
         """Claim the first due message of each group of ``won`` (locked by this claim) and
         up to ``loose`` ungrouped messages, the first ``limit`` of them in claim order, and
-        mark the groups claimed."""
+        mark the groups claimed (``own_transaction`` as for ``walk``, which ran first)."""
         grouped = self.read_heads(conn, pkind, won, now_ms) if won else []
         plain = self.pick_due(conn, pkind, now_ms, loose, ("ungrouped",)) if loose else []
         chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
