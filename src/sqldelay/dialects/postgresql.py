@@ -500,16 +500,16 @@ class PostgresQueueDao(QueueDao):
     def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
                     now_ms: int, limit: int, lock: str, until_ms: int, actor: str | None,
                     own_transaction: bool) -> list[ClaimedRow]:
-        # one statement: the heads and the ungrouped messages locked, the first ``limit``
-        # marked claimed, and their groups too (the four statements of the portable claim)
-        # under the claim's planner settings, as its walk ran (``_claim_grouped``): they hold
-        # to the end of a claim's own transaction, and are set again for this statement in a
-        # caller's
+        # One statement: the heads and the ungrouped messages locked, the first ``limit``
+        # marked claimed, and their groups too (the four statements of the portable claim).
+        # It runs under the claim's planner settings, as the walk before it did
+        # (``_claim_grouped``): they hold to the end of a claim's own transaction, and are
+        # set again for this statement in a caller's.
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
                   "loose": loose, "group_names": self._listed(won)}
         stmt = self._heads_claim(actor is not None)
         rows = (conn.execute(stmt, values).all() if own_transaction
-                else self.walk(conn, stmt, values, own_transaction))
+                else self.walk(conn, stmt, values, own_transaction=False))
         return in_claim_order(ClaimedRow(*r) for r in rows)
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
