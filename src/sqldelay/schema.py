@@ -79,7 +79,7 @@ def _payload_default(type_, compiler, **kw):
 
 
 # the schema version this code reads and writes: the newest migration's revision
-SCHEMA_VERSION = "0007"
+SCHEMA_VERSION = "0008"
 
 
 class _Column(NamedTuple):
@@ -298,6 +298,11 @@ QUEUE = _TableSpec("", "0001", (
     # a group's messages, in the group's order (claims take each group's first due one)
     _Index("_kind_group_ix", ("pkind", "group_key", "priority DESC", "scheduled_at_initially",
                               "id"), since="0004"),
+    # where partial indexes are kept, the in-flight messages of each group, by their lock's
+    # expiry: a group is busy while one is in flight, which its claims read here (one probe)
+    # instead of in a row of the groups table that every claim and ack wrote
+    _Index("_kind_group_flight_ix", ("pkind", "group_key", "scheduled_at"), since="0008",
+           where="lock_uuid IS NOT NULL AND group_key IS NOT NULL"),
 ))
 
 DEAD = _TableSpec("_dead", "0002", (
@@ -323,7 +328,9 @@ DEAD = _TableSpec("_dead", "0002", (
 ))
 
 # a row per group that a claim has met: while one of its messages is in flight (claimed_until
-# in the future), no other is claimed; claims lock these rows (SKIP LOCKED) to decide that
+# in the future), no other is claimed; claims lock these rows (SKIP LOCKED) to decide that.
+# PostgreSQL leaves it empty: its claims read a group's state from its in-flight messages
+# (``_kind_group_flight_ix``) and take turns on a group through advisory locks
 GROUPS = _TableSpec("_groups", "0004", (
     _Column("0004", lambda: sa.Column("pkind", QueueKey(KIND_LENGTH), primary_key=True)),
     _Column("0004", lambda: sa.Column("group_key", QueueKey(KEY_LENGTH), primary_key=True)),

@@ -208,3 +208,47 @@ def test_an_upgrade_from_the_0006_schema_claims_in_order_through_the_new_indexes
         assert queue.poll_many(10) == []  # "held" keeps its lock, "later" is not due
     finally:
         drop_schema(engine, table_name=name)
+
+
+def test_an_upgrade_from_the_0007_schema_keeps_a_group_held_by_its_message_in_flight(
+        backend_url, engine):
+    """0008 indexes each group's in-flight messages where partial indexes are kept
+    (PostgreSQL), whose claims then read a group's state from its messages, not from the
+    groups table: a group held under 0007 stays held after the upgrade until its message's lock
+    expires, on every backend."""
+    name = unique_name("sqdg")
+    alembic(backend_url, name, "upgrade", "0007")
+    try:
+        kind, now = "orders|json", 1_000_000
+        with engine.begin() as conn:
+            for key, at, initially, lock in (("x0", now + 30_000, now - 20, "L-1"),
+                                             ("x1", now - 10, now - 10, None),
+                                             ("y0", now - 5, now - 5, None)):
+                conn.execute(sa.text(
+                    f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, "
+                    "scheduled_at_initially, lock_uuid, created_at, deliveries, priority, "
+                    "group_key) VALUES (:k, :key, :p, :at, :first, :lock, :c, :d, 0, :g)"),
+                    {"k": kind, "key": key, "p": b'{"v":1}', "at": at, "first": initially,
+                     "lock": lock, "c": now - 100, "d": 1 if lock else 0, "g": key[0]})
+            conn.execute(sa.text(f"INSERT INTO {name}_groups (pkind, group_key, claimed_until, "
+                                 "lock_uuid) VALUES (:k, 'x', :until, 'L-1')"),
+                         {"k": kind, "until": now + 30_000})
+            conn.execute(sa.text(f"INSERT INTO {name}_settings (pkind, paused, has_groups) "
+                                 "VALUES (:k, 0, 1)"), {"k": kind})
+        create_schema(engine, table_name=name)
+        indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
+        assert ("_kind_group_flight_ix" in indexes) == (engine.dialect.name == "postgresql")
+        from sqldelay import FakeClock
+        from sqldelay.clock import from_ms
+
+        clock = FakeClock(from_ms(now))
+        queue = DelayedQueue(engine, "orders", table_name=name, clock=clock)
+        assert [e.key for e in queue.poll_many(10)] == ["y0"]  # x held by x0 in flight
+        assert queue.poll_many(10) == []
+        clock.advance(from_ms(now + 31_000) - from_ms(now))  # x0's lock expires
+        again = queue.poll_many(10)
+        assert [(e.key, e.attempt) for e in again] == [("x0", 2)]  # first in its group again
+        assert queue.ack_many(again) == 1
+        assert [e.key for e in queue.poll_many(10)] == ["x1"]
+    finally:
+        drop_schema(engine, table_name=name)

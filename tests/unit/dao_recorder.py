@@ -171,10 +171,11 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     """(label, statement, parameters) of every statement flow control sends, in order: a
     controlled claim of a grouped, rate-limited, capped queue (the plain claim finds the queue
     controlled, the settings are read, locked, the in-flight messages counted, the first due
-    messages walked, the group rows made and locked, the heads and the ungrouped messages
-    locked, all marked), the claim of a rate-limited queue charging its bucket at the end (and
-    on credit, without reading the settings first), the ack of grouped messages freeing their
-    groups, the freeing and extending of a group, and a change of settings."""
+    messages walked, the groups locked (their rows made first where they have rows), the heads
+    and the ungrouped messages locked, all marked), the claim of a rate-limited queue charging
+    its bucket at the end (and on credit, without reading the settings first), the ack of
+    grouped messages freeing their groups, the freeing and extending of a group (nothing on
+    PostgreSQL, which keeps no group rows), and a change of settings."""
     out = []
 
     def record(label, op, results=()):
@@ -183,25 +184,30 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         out.extend((f"{label} {i}", stmt, params) for i, (stmt, params) in enumerate(conn.executed))
 
     claimed = (7, "k", b"{}", 10, 10, 5, 0, 3, "g1", None, None, None, None)
-    # making group rows: PostgreSQL in one statement (ON CONFLICT), the others read, then
-    # insert what they did not find
     postgres = dao.name == "postgresql"
+    # making settings rows: PostgreSQL in one statement (ON CONFLICT), the others read, then
+    # insert what they did not find
     absent = [[]] if postgres else [[], []]
-    # the walk meets group g1, whose row is not made yet, and an ungrouped message; PostgreSQL
-    # turns bitmap and sequential reads off around it (in the caller's transaction: off, then
-    # back on)
-    walked = [("g1", 0), (None, 0)]  # group_key, known
-    walk = [[("on", "on", "off", "off")], walked, []] if postgres else [walked]
-    # PostgreSQL claims the heads and the ungrouped messages, and marks them, in one statement
-    heads = [[claimed]] if postgres else [[claimed], []]
+    if postgres:
+        # the walk locks group g1 (an advisory lock) and meets an ungrouped message; then
+        # the heads and the ungrouped messages are claimed and marked in one statement. Each
+        # runs with bitmap and sequential reads off (in the caller's transaction: off, then
+        # back on)
+        settings = [("on", "on", "off", "off")]
+        won = [(["g1"], 2, True, "read committed")]  # groups locked, walked, ungrouped met
+        grouped_claim = [settings, won, [], settings, [claimed], []]
+    else:
+        # the walk meets group g1, whose row is not made yet, and an ungrouped message; the
+        # row is made and locked, the heads and the ungrouped messages read, then marked
+        walked = [("g1", 0), (None, 0)]  # group_key, known
+        grouped_claim = [walked, *absent, [("g1",)], [claimed], []]
     record("controlled claim", lambda c: dao.claim(c, kind, 100, 10, "L", 400), [
-        [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], *walk, *absent,
-        [("g1",)], *heads])
-    if dao.groups_in_claim:  # a queue with groups alone, so at its last claim: one statement
+        [], [SETTINGS_ROW], [SETTINGS_ROW], [(1,)], *grouped_claim])
+    if dao.groups_in_claim:  # a queue with groups alone, so at its last claim
         grouped = Control(False, True, None, None, None, None, None)
         record("grouped claim", lambda c: dao.claim_checked(
             c, kind, 100, 10, "L", 400, last=grouped, optimistic=True),
-            [[], [claimed]])  # planner settings for the transaction, then the claim
+            [[], won, [claimed]])  # planner settings for the transaction, the two statements
     # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
     # statement where the dialect can; elsewhere the settings read, the plain claim, and the
     # bucket refilled and charged by one conditional UPDATE

@@ -28,15 +28,17 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
   row in ``<table>_groups``, created by the first claim that meets the group; claims lock the
   free groups' rows with SKIP LOCKED, so two consumers can never both take a message of one
   group, and mark the group claimed until the message's lock expires. Acks, releases and dead
-  letters free it; an expired lock frees it by itself.
+  letters free it; an expired lock frees it by itself. (PostgreSQL keeps no group rows: see
+  its ``claim_grouped``.)
 
 The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
 FlowControl (how rows are locked, read currently, probed, walked in claim order and inserted
 when absent) and, where its planner or its statements allow another form, how the free groups
 are won (``win_groups``), their heads read (``read_heads``) or claimed with the ungrouped
-messages (``claim_heads``), and grouped messages acked (``ack_freeing``); a dialect that sets
-``bucket_in_claim`` builds the "bucket" claim into its own claim statement, and one that sets
-``groups_in_claim`` claims a queue with groups alone by its own ``claim_groups``. The
+messages (``claim_heads``), and grouped messages acked (``ack_freeing``), or the whole grouped
+claim and the groups' state (``claim_grouped``, ``free_groups``, ``extend_group``); a dialect
+that sets ``bucket_in_claim`` builds the "bucket" claim into its own claim statement, and one
+that sets ``groups_in_claim`` claims a queue with groups alone by its own ``claim_groups``. The
 statements the claim runs each time are built once, with named parameters: built per call,
 their construction and cache keys cost more client time than some of the statements took the
 database.
@@ -148,8 +150,9 @@ class FlowControl:
     # claiming a queue with a rate limit alone and charging its bucket, the settings row
     # locked only while it runs; elsewhere that claim takes a transaction (``optimistic``)
     bucket_in_claim: ClassVar[bool] = False
-    # the dialect claims a queue whose only control is its groups in one statement
-    # (``claim_groups``); elsewhere that claim takes several (``_claim_grouped``)
+    # the dialect claims a queue whose only control is its groups without reading its
+    # settings first (``claim_groups``); elsewhere the settings are read, then the claim runs
+    # (``claim_grouped``)
     groups_in_claim: ClassVar[bool] = False
 
     def _init_flow(self) -> None:
@@ -276,7 +279,7 @@ class FlowControl:
         """Up to ``limit`` due messages, by the group-aware claim where the queue has groups
         (``own_transaction``: the claim's transaction is its own, see ``walk``)."""
         if control.has_groups:
-            return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
+            return self.claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
                                        own_transaction)
         return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, (), actor)
 
@@ -284,8 +287,8 @@ class FlowControl:
                      lock: str, until_ms: int, actor: str | None,
                      own_transaction: bool) -> list:
         """The claim of a queue whose only control is its groups, where ``groups_in_claim``:
-        as ``_claim_grouped`` does it, in one statement that claims nothing where the queue
-        has gained a pause or a limit since."""
+        as ``claim_grouped`` does it, claiming nothing where the queue has gained a pause or a
+        limit since (its last claim found groups alone; the settings are not read first)."""
         raise NotImplementedError(f"{type(self).__name__} sets no groups_in_claim")
 
     def _charge(self, conn: sa.Connection, pkind: str, count: int, now_ms: int) -> bool:
@@ -352,9 +355,11 @@ class FlowControl:
             t.c.pkind == pkind, t.c.lock_uuid.is_not(None),
             t.c.scheduled_at > now_ms))).scalar())
 
-    def _claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                       lock: str, until_ms: int, actor: str | None,
-                       own_transaction: bool) -> list:
+    def claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                      lock: str, until_ms: int, actor: str | None,
+                      own_transaction: bool) -> list:
+        """Up to ``limit`` due messages of a queue with groups, at most one per group, each
+        its group's first due one (``own_transaction``: see ``walk``)."""
         # 1. the first due messages in claim order that are ungrouped or of a free group (the
         # busy probe finds no group for a message without one), read without locks: each
         # group once, with whether it has a row yet

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Sequence
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from ..errors import UnsupportedDialectError
+from ..errors import InvalidArgumentError, UnsupportedDialectError
 from ..messages import OfferOutcome
 from .base import Advice, ClaimedRow, OfferRow, QueueDao, in_claim_order
 from .flow import Raced, group_order, walk_length
@@ -54,8 +54,6 @@ _WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_s
 # division by zero: what the "bucket_credit" claim's charge raises where the bucket no longer
 # holds what it claimed (``_claim_statement``)
 _OVERDRAWN = "22012"
-# a row's physical address: rows this transaction has locked keep it until it changes them
-_CTID = sa.literal_column("ctid")
 
 
 class _IdList(sa.types.TypeDecorator):
@@ -96,8 +94,7 @@ class PostgresQueueDao(QueueDao):
         self._offer_cache: dict[tuple[str, bool, bool], tuple] = {}
         self._unnest_inserts: dict[tuple, sa.Insert] = {}
         self._claims: dict[tuple[tuple[str, ...], bool], sa.Update] = {}
-        self._heads_claims: dict[bool, sa.Select] = {}
-        self._groups_claims: dict[bool, sa.CompoundSelect] = {}
+        self._heads_claims: dict[bool, sa.Update] = {}
 
     def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
         # IS NOT DISTINCT FROM, where = would do: from "lock_uuid = x" the planner infers
@@ -402,14 +399,12 @@ class PostgresQueueDao(QueueDao):
         # On a table without statistics (a new queue), or one that has grown, the planner
         # takes the due messages for a handful and reads them all, through a bitmap or the
         # due index, then sorts them, where the walk of the claim index reads a few hundred:
-        # 50-120 ms a grouped claim at 20,000 due, against 2-7 ms for the walk. It also
-        # updates the claimed groups' rows, named by their row ids, through a read of every
-        # group row of the queue (2 ms at 1,000 groups against 0.9 ms by id, and growing with
-        # them). So bitmap reads, sequential reads and sorts are off for the claim's
-        # transaction (in a caller's transaction, only for this statement), and JIT too: a
-        # plan that cannot do without a sort still has one, but its cost passes JIT's
-        # thresholds, and compiling took 1.5 s a claim. The price: the read of ungrouped
-        # messages walks the claim index too, past grouped messages where few are ungrouped.
+        # 50-120 ms a grouped claim at 20,000 due, against 2-7 ms for the walk. So bitmap
+        # reads, sequential reads and sorts are off for the claim's transaction (in a
+        # caller's transaction, only for this statement), and JIT too: a plan that cannot do
+        # without a sort still has one, but its cost passes JIT's thresholds, and compiling
+        # took 1.5 s a claim. The price: the read of ungrouped messages walks the claim index
+        # too, past grouped messages where few are ungrouped.
         if own_transaction:
             conn.execute(self.walk_settings())
             return conn.execute(stmt, params).all()
@@ -436,31 +431,124 @@ class PostgresQueueDao(QueueDao):
         return sa.select(*before, *(sa.func.set_config(name, value, True)
                                     for name, value in values.items()))
 
+    # ---- groups: advisory locks and in-flight messages, no group rows -----------------------
+    #
+    # A group is busy while one of its messages is in flight (locked, the lock not expired).
+    # The claims read that from the messages themselves, one probe of the partial index of
+    # each group's in-flight messages (schema: ``_kind_group_flight_ix``), so nothing about a
+    # group is written anywhere: an ack, a release, a dead letter, an extension or an expired
+    # lock changes the group's state by changing its message, and an ack of grouped messages
+    # is the plain ack. (The groups table, which every claim and ack wrote a row of for each
+    # group, cost a grouped drain about a fifth of its time.) Claims take turns on a group
+    # through a transaction-level advisory lock on its name, tried, never waited for. A claim
+    # is two statements: the first walks the first due messages in claim order, passing over
+    # busy groups, and locks the free groups it meets, in claim order, until it holds
+    # ``limit`` of them; the second, whose snapshot is taken once those locks are held,
+    # claims the first due message of each locked group still free, and the ungrouped
+    # messages. A claim that took a message of the group before this one got the lock has
+    # committed by then, so the second statement sees that message in flight; one that has
+    # not committed still holds the lock. That needs READ COMMITTED, where each statement
+    # sees what was committed before it began: a claim in a transaction at a stricter level,
+    # whose statements all see its first snapshot, is refused.
     groups_in_claim = True
 
     def claim_groups(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, actor: str | None,
                      own_transaction: bool) -> list[ClaimedRow]:
-        # The statement runs as ``walk`` runs the portable walk, under the claim's planner
-        # settings. Where the walk met groups without a row, it makes their rows and claims
-        # nothing; the portable claim then runs in the same transaction, which knows those
-        # rows (so it takes the new groups' heads in their place in claim order, rather than
-        # later groups before them).
         self.require_transaction(conn)
+        return self._claim_won(conn, pkind, now_ms, limit, lock, until_ms, actor,
+                               own_transaction, gated=True)
+
+    def claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                      lock: str, until_ms: int, actor: str | None,
+                      own_transaction: bool) -> list[ClaimedRow]:
+        # the claim of a queue with groups and other controls, which ``claim_controlled``
+        # has checked already (and, for a cap or a locked bucket, holds the settings row)
+        return self._claim_won(conn, pkind, now_ms, limit, lock, until_ms, actor,
+                               own_transaction, gated=False)
+
+    def _claim_won(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
+                   until_ms: int, actor: str | None, own_transaction: bool, *,
+                   gated: bool) -> list[ClaimedRow]:
+        """The two statements of a grouped claim (``gated``: the first finds nothing where
+        the queue's settings now hold more than groups: a pause, a limit). Both run as
+        ``walk`` runs a walk, under the claim's planner settings."""
+        walk = walk_length(limit)
+        won, seen, loose_seen, isolation = self.walk(conn, self._win_groups[gated], {
+            "b_kind": pkind, "b_now": now_ms, "limit": limit, "walk": walk,
+            "space": f"{self.table.name}\x1f{pkind}\x1f"}, own_transaction)[0]
+        if isolation != "read committed":
+            raise InvalidArgumentError(
+                f"a grouped claim on PostgreSQL needs READ COMMITTED, and this transaction "
+                f"runs at {isolation.upper()}: each of its statements must see what other "
+                "claims committed before it began")
+        won = won or []
+        # the ungrouped messages, as the portable claim wants them (``claim_grouped``)
+        loose = limit if loose_seen else (limit - len(won) if seen == walk else 0)
+        if not won and not loose:
+            return []
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
-                  "walk": walk_length(limit)}
-        rows = self.walk(conn, self._groups_claim(actor is not None), values, own_transaction)
-        if rows and rows[0][0] is None:
-            return self._claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
-                                       own_transaction)
+                  "loose": loose, "group_names": self._listed(won)}
+        stmt = self._heads_claim(actor is not None)
+        rows = (conn.execute(stmt, values).all() if own_transaction
+                else self.walk(conn, stmt, values, own_transaction=False))
         return in_claim_order(ClaimedRow(*r) for r in rows)
 
-    # A list of group names in one condition (group_key IN (…)) was planned, on a groups
-    # table without statistics, as a read of every group row of the queue, each compared
-    # with every name: 5 ms to lock 100 free groups of 1,000, 4 ms to find their heads. The
-    # names unnested, each probes its row through the index, whatever the statistics say.
-    # They travel as one JSON text: the driver encodes a list of 400 names as an array
-    # element by element in Python, which took a tenth of a grouped claim's client time.
+    def _busy(self, kind: sa.ColumnElement[str],
+              group: sa.ColumnElement[str]) -> sa.Exists:
+        """Whether ``group`` of queue ``kind`` has a message in flight at b_now: one probe of
+        the group flight index (none for a message without a group, whose NULL matches
+        nothing)."""
+        f = self.table.alias("f")
+        return self.probe(sa.select(sa.literal_column("1")).where(
+            f.c.pkind == kind, f.c.group_key == group, f.c.lock_uuid.is_not(None),
+            f.c.scheduled_at > sa.bindparam("b_now", type_=sa.BigInteger))).exists()
+
+    @functools.cached_property
+    def _win_groups(self) -> dict[bool, sa.Select]:
+        """The grouped claim's first statement, by whether it is gated: one row of the names
+        of the groups it locked (JSON), how many messages it walked, whether one of them was
+        ungrouped, and the transaction's isolation level. Parameters: b_kind, b_now, limit,
+        walk (how many messages to walk) and space (the advisory locks' prefix of names: the
+        queue table and the queue)."""
+        t, s = self.table, self.settings
+        kind = sa.bindparam("b_kind")
+        limit, walked = (sa.bindparam(name, type_=sa.Integer) for name in ("limit", "walk"))
+        zero = sa.literal_column("0")
+        groups_only = sa.exists().where(
+            s.c.pkind == kind, s.c.has_groups != zero, s.c.paused == zero,
+            s.c.rate_limit.is_(None), s.c.max_in_flight.is_(None))
+        out = {}
+        for gated in (False, True):
+            w = self.due_in_claim_order(
+                sa.select(t.c.group_key, t.c.priority, t.c.scheduled_at, t.c.id)
+                .where(~self._busy(kind, t.c.group_key)),
+                walked, gate=[groups_only] if gated else []).subquery("walked")
+            walk = (sa.select(w.c.group_key, sa.func.row_number().over(
+                        order_by=(w.c.priority.desc(), w.c.scheduled_at, w.c.id)).label("pos"))
+                    .cte("walk").prefix_with("MATERIALIZED"))
+            # each group once, at its first place in the walk; OFFSET 0 keeps the order a
+            # subquery's, below the lock's condition, which is then tried row by row as the
+            # LIMIT takes them (a volatile condition is not moved into a subquery): the
+            # claim locks no group it does not take, and leaves the rest to others
+            first = (sa.select(walk.c.group_key.label("k"))
+                     .where(walk.c.group_key.is_not(None)).group_by(walk.c.group_key)
+                     .order_by(sa.func.min(walk.c.pos)).offset(0).subquery("first"))
+            name = sa.bindparam("space", type_=sa.Text) + first.c.k
+            won = (sa.select(first.c.k).where(sa.func.pg_try_advisory_xact_lock(
+                       sa.func.hashtextextended(name, 0))).limit(limit).subquery("won"))
+            out[gated] = sa.select(
+                sa.select(sa.func.json_agg(won.c.k)).scalar_subquery(),
+                sa.select(sa.func.count()).select_from(walk).scalar_subquery(),
+                sa.select(walk.c.pos).where(walk.c.group_key.is_(None)).exists(),
+                sa.func.current_setting("transaction_isolation"))
+        return out
+
+    # A list of group names in one condition (group_key IN (…)) was planned, on a table
+    # without statistics, as a read of every group, each compared with every name. The names
+    # unnested, each probes its group through the index, whatever the statistics say. They
+    # travel as one JSON text: the driver encodes a list of names as an array element by
+    # element in Python, which took a tenth of a grouped claim's client time.
     @staticmethod
     def _names() -> sa.TableValuedAlias:
         """The group names of the parameter ``group_names`` (``_listed``) as the rows of
@@ -474,216 +562,65 @@ class PostgresQueueDao(QueueDao):
         """The value of the parameter ``group_names`` listing ``names``."""
         return json.dumps(list(names))
 
-    def win_groups(self, conn: sa.Connection, pkind: str, groups: dict[str, bool],
-                   now_ms: int, limit: int) -> list[str]:
-        # One statement locks them: the names unnested in claim order, each probing its row
-        # (SKIP LOCKED) until ``limit`` are locked, so the claim locks no group it does not
-        # take. Only the missing rows among the first ``limit`` are made first; one missing
-        # further on is made when a later claim reaches it.
-        if absent := sorted(n for n in list(groups)[:limit] if not groups[n]):
-            self.insert_absent(conn, self.groups, pkind, [{"group_key": n} for n in absent])
-        return conn.execute(self._win_groups, {
-            "b_kind": pkind, "b_now": now_ms, "limit": limit,
-            "group_names": self._listed(groups)}).scalars().all()
-
-    @functools.cached_property
-    def _win_groups(self) -> sa.Select:
-        g, n = self.groups, self._names()
-        now = sa.bindparam("b_now", type_=sa.BigInteger)
-        row = (sa.select(g.c.group_key)
-               .where(g.c.pkind == sa.bindparam("b_kind"), g.c.group_key == n.c.k,
-                      g.c.claimed_until.is_(None) | (g.c.claimed_until <= now))
-               .with_for_update(skip_locked=True).lateral("free"))
-        return (sa.select(row.c.group_key).select_from(n).join(row, sa.true())
-                .limit(sa.bindparam("limit", type_=sa.Integer)))
-
-    def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
-                    now_ms: int, limit: int, lock: str, until_ms: int, actor: str | None,
-                    own_transaction: bool) -> list[ClaimedRow]:
-        # One statement: the heads and the ungrouped messages locked, the first ``limit``
-        # marked claimed, and their groups too (the four statements of the portable claim).
-        # It runs under the claim's planner settings, as the walk before it did
-        # (``_claim_grouped``): they hold to the end of a claim's own transaction, and are
-        # set again for this statement in a caller's.
-        values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
-                  "loose": loose, "group_names": self._listed(won)}
-        stmt = self._heads_claim(actor is not None)
-        rows = (conn.execute(stmt, values).all() if own_transaction
-                else self.walk(conn, stmt, values, own_transaction=False))
-        return in_claim_order(ClaimedRow(*r) for r in rows)
-
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
-        # the heads are read by the statement that claims them and marks their groups: for a
-        # queue with groups alone, the one that walks to them and wins them too (the groups
-        # are its walk's to find, not given)
-        return self._groups_claim(False), {
+        # the heads are read by the statement that claims them, the grouped claim's second
+        return self._heads_claim(False), {
             **self.claim_values(pkind, now_ms, limit, "plan", now_ms, None),
-            "walk": walk_length(limit)}
+            "loose": 0, "group_names": self._listed(groups)}
 
-    def _heads_claim(self, by: bool) -> sa.Select:
+    def _heads_claim(self, by: bool) -> sa.Update:
+        """The grouped claim's second statement: the first due message of each group named by
+        ``group_names`` (locked by the first) where the group has none in flight, and up to
+        ``loose`` ungrouped messages, locked; the first ``limit`` of them in claim order
+        marked claimed and returned as ``_mark_picked`` returns them."""
         if by not in self._heads_claims:
-            claimed, marked = self._claim_of(self._names(),
-                                             sa.bindparam("loose", type_=sa.Integer), by)
-            self._heads_claims[by] = sa.select(*claimed.c).add_cte(marked)
+            t, n = self.table, self._names()
+            kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
+            columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
+            head = (sa.select(*columns)
+                    .where(t.c.pkind == kind, t.c.group_key == n.c.k, t.c.scheduled_at <= now)
+                    .order_by(*group_order(t)).limit(1).with_for_update().lateral("head"))
+            heads = (sa.select(*head.c).select_from(n).join(head, sa.true())
+                     .where(~self._busy(kind, n.c.k)).cte("heads"))
+            # read in claim order only where the queue has one (a probe of the group index,
+            # where ungrouped messages sit together): with sorts off the read walks the claim
+            # index, which in a queue of groups alone would pass every due message to find none
+            u = t.alias("u")
+            any_loose = sa.select(u.c.id).where(u.c.pkind == kind,
+                                                u.c.group_key.is_(None)).exists()
+            loose = (self.due_in_claim_order(
+                         sa.select(*columns).where(t.c.group_key.is_(None)),
+                         sa.bindparam("loose", type_=sa.Integer), gate=[any_loose],
+                         skip_locked=True)
+                     .cte("loose").prefix_with("MATERIALIZED"))
+            both = sa.union_all(sa.select(*heads.c), sa.select(*loose.c)).subquery("both")
+            picked = (sa.select(*both.c)
+                      .order_by(both.c.priority.desc(), both.c.scheduled_at, both.c.id)
+                      .limit(sa.bindparam("limit", type_=sa.Integer))
+                      .cte("picked").prefix_with("MATERIALIZED"))
+            # joined by id alone: under the claim's planner settings (``walk``: no sequential
+            # reads) each picked row probes the primary key. An array of the ids as a second
+            # condition made the generic plan, which a prepared claim runs after its fifth
+            # call, probe the whole array again for each picked row
+            self._heads_claims[by] = self._mark_picked(picked, by, t.c.id == picked.c.id)
         return self._heads_claims[by]
 
-    def _claim_of(self, n: sa.FromClause, loose_limit: sa.ColumnElement[int],
-                  by: bool) -> tuple[sa.CTE, sa.CTE]:
-        """The CTEs that claim the first due message of each group named by ``n.c.k`` (locked
-        by the statement already) and up to ``loose_limit`` ungrouped messages, mark the first
-        ``limit`` of them in claim order claimed, and their groups too: "claimed" returns the
-        messages as ``_mark_picked`` does, "marked" updates the groups."""
-        t, g = self.table, self.groups
-        kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
-        until, lock = sa.bindparam("until"), sa.bindparam("lock")
-        columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
-        head = (sa.select(*columns)
-                .where(t.c.pkind == kind, t.c.group_key == n.c.k, t.c.scheduled_at <= now)
-                .order_by(*group_order(t)).limit(1).with_for_update().lateral("head"))
-        heads = sa.select(*head.c).select_from(n).join(head, sa.true()).cte("heads")
-        # read in claim order only where the queue has one (a probe of the group index,
-        # where ungrouped messages sit together): with sorts off the read walks the claim
-        # index, which in a queue of groups alone would pass every due message to find none
-        u = t.alias("u")
-        any_loose = sa.select(u.c.id).where(u.c.pkind == kind, u.c.group_key.is_(None)).exists()
-        loose = (self.due_in_claim_order(sa.select(*columns).where(t.c.group_key.is_(None)),
-                                         loose_limit, gate=[any_loose], skip_locked=True)
-                 .cte("loose").prefix_with("MATERIALIZED"))
-        both = sa.union_all(sa.select(*heads.c), sa.select(*loose.c)).subquery("both")
-        picked = (sa.select(*both.c)
-                  .order_by(both.c.priority.desc(), both.c.scheduled_at, both.c.id)
-                  .limit(sa.bindparam("limit", type_=sa.Integer))
-                  .cte("picked").prefix_with("MATERIALIZED"))
-        # The messages are joined by id alone: under the claim's planner settings (``walk``:
-        # no sequential reads) each picked row probes the primary key. An array of the ids
-        # as a second condition (kept for tables without statistics, before those settings)
-        # made the generic plan, which a prepared claim runs after its fifth call, probe the
-        # whole array again for each picked row: 10,000 probes for 100, 10.3 against 6.4 ms a
-        # claim at 100,000 messages. The groups' rows are found by name one at a time and
-        # updated by their row ids: as a join of the CTEs, estimated at a hundred rows on a
-        # groups table without statistics, they were planned as a read of every group row.
-        claimed = self._mark_picked(picked, by, t.c.id == picked.c.id).cte("claimed")
-        marked = (sa.update(g).where(_CTID == sa.any_(self._group_rows(claimed.c.group_key)))
-                  .values(claimed_until=until, lock_uuid=lock)
-                  .cte("marked"))
-        return claimed, marked
-
-    def _groups_claim(self, by: bool) -> sa.CompoundSelect:
-        """The claim of a queue whose only control is its groups, in one statement: the
-        portable grouped claim's walk, its lock of the free groups and its claim of their
-        heads and of the ungrouped messages (``_claim_grouped``), as CTEs. It returns the
-        claimed rows; or, where the walk met groups that have no row yet, makes their rows,
-        claims nothing and returns one row of NULLs (the rows it makes are not its own to
-        lock, and the groups after them in claim order must not go first). Where the
-        queue's settings hold more than groups now (a pause, a limit), it claims nothing."""
-        if by not in self._groups_claims:
-            t, g, s = self.table, self.groups, self.settings
-            kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
-            limit, walked = (sa.bindparam(name, type_=sa.Integer) for name in ("limit", "walk"))
-            zero, one = sa.literal_column("0"), sa.literal_column("1")
-            groups_only = sa.exists().where(
-                s.c.pkind == kind, s.c.has_groups != zero, s.c.paused == zero,
-                s.c.rate_limit.is_(None), s.c.max_in_flight.is_(None))
-            # each message's group row probed once, for whether the group is busy and whether
-            # it has a row (the portable walk probes twice)
-            row = (sa.select(one.label("present"), g.c.claimed_until)
-                   .where(g.c.pkind == t.c.pkind, g.c.group_key == t.c.group_key)
-                   .limit(1).lateral("gr"))
-            walked_rows = self.due_in_claim_order(
-                sa.select(t.c.group_key, sa.func.coalesce(row.c.present, zero).label("known"),
-                          t.c.priority, t.c.scheduled_at, t.c.id)
-                .select_from(t.outerjoin(row, sa.true()))
-                .where(row.c.claimed_until.is_(None) | (row.c.claimed_until <= now)),
-                walked, gate=[groups_only]).subquery("walked")
-            w = walked_rows.c
-            walk = (sa.select(w.group_key, w.known, sa.func.row_number().over(
-                        order_by=(w.priority.desc(), w.scheduled_at, w.id)).label("pos"))
-                    .cte("walk").prefix_with("MATERIALIZED"))
-            new = (sa.select(sa.bindparam("b_kind", type_=g.c.pkind.type), walk.c.group_key)
-                   .where(walk.c.known == zero, walk.c.group_key.is_not(None)))
-            # sorted, as the portable claim makes them, so concurrent claims wait in one order
-            made = (pg.insert(g).from_select(["pkind", "group_key"],
-                                             new.distinct().order_by(walk.c.group_key))
-                    .on_conflict_do_nothing().cte("made"))
-            met_new = new.exists()
-            # each free group once, at its first place in the walk, locked in claim order
-            # until ``limit`` are won (SKIP LOCKED: another claim holds the rest)
-            first = (sa.select(walk.c.group_key.label("k"))
-                     .where(walk.c.known == one, ~met_new).group_by(walk.c.group_key)
-                     .order_by(sa.func.min(walk.c.pos)).subquery("first"))
-            free = (sa.select(g.c.group_key)
-                    .where(g.c.pkind == kind, g.c.group_key == first.c.k,
-                           g.c.claimed_until.is_(None) | (g.c.claimed_until <= now))
-                    .with_for_update(skip_locked=True).lateral("free"))
-            won = (sa.select(free.c.group_key.label("k")).select_from(first)
-                   .join(free, sa.true()).limit(limit).cte("won").prefix_with("MATERIALIZED"))
-            # the ungrouped messages as the portable claim wants them: all it may take where
-            # the walk saw one, the room the groups leave where the walk was cut short, none
-            # otherwise (a queue of groups alone is not walked again to find none)
-            seen = sa.select(sa.func.count()).select_from(walk).scalar_subquery()
-            taken = sa.select(sa.func.count()).select_from(won).scalar_subquery()
-            loose = sa.case(
-                (met_new, 0),
-                (sa.select(walk.c.pos).where(walk.c.group_key.is_(None)).exists(), limit),
-                (seen == walked, limit - taken),
-                else_=0)
-            claimed, marked = self._claim_of(won, loose, by)
-            signal = sa.select(*(sa.cast(sa.null(), c.type) for c in claimed.c)).where(met_new)
-            self._groups_claims[by] = sa.union_all(
-                sa.select(*claimed.c).add_cte(marked), signal.add_cte(made))
-        return self._groups_claims[by]
+    # a group's state is its messages': acking, releasing, dead-lettering or extending a
+    # grouped message is all there is to it
+    def ack_freeing(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
+                    groups: Sequence[str]) -> int:
+        return self.ack_many(conn, lock, ids)
 
     ack_frees_in_one = True
 
-    def ack_freeing(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
-                    groups: Sequence[str]) -> int:
-        if not groups:
-            return self.ack_many(conn, lock, ids)
-        return conn.execute(self._ack_freeing, {"b_kind": pkind, "lock": lock, "ids": list(ids),
-                                                "group_names": self._listed(sorted(set(groups)))}
-                            ).scalar()
+    def free_groups(self, conn: sa.Connection, pkind: str, lock: str,
+                    groups: Sequence[str]) -> None:
+        pass
 
-    @functools.cached_property
-    def _ack_freeing(self) -> sa.Select:
-        """One statement: the messages deleted, and each group the lock holds freed, or its
-        row dropped where the group has no message left. The groups' CTEs see the messages
-        as they were before the statement, so those it deletes are left out by id."""
-        t, g = self.table, self.groups
-        kind, lock = sa.bindparam("b_kind"), sa.bindparam("lock")
-        gone = sa.delete(t).where(self.held_by(lock), self.ids_listed()).returning(
-            t.c.id).cte("gone")
-        n = self._names()
-        others = self.probe(sa.select(sa.literal_column("1")).where(
-            t.c.pkind == g.c.pkind, t.c.group_key == g.c.group_key,
-            t.c.id.not_in(sa.select(gone.c.id)))).exists()
-        # LIMIT 1 (a name has one row) keeps each name's probe of the primary key: as a join,
-        # the planner read every group row of the queue at each ack (1,000 for 100 names)
-        held = (sa.select(_CTID.label("row"), others.label("left")).select_from(g)
-                .where(g.c.pkind == kind, g.c.group_key == n.c.k, g.c.lock_uuid == lock)
-                .limit(1).lateral("held"))
-        rows = sa.select(held.c.row, held.c.left).select_from(n).join(held, sa.true()).cte(
-            "held_rows").prefix_with("MATERIALIZED")
-
-        def where(left: bool) -> list:
-            chosen = sa.select(rows.c.row).where(rows.c.left if left else ~rows.c.left)
-            return [_CTID == sa.any_(sa.func.array(chosen.scalar_subquery())),
-                    g.c.lock_uuid == lock]
-
-        freed = sa.update(g).where(*where(True)).values(claimed_until=None,
-                                                        lock_uuid=None).cte("freed")
-        dropped = sa.delete(g).where(*where(False)).cte("dropped")
-        return sa.select(sa.func.count()).select_from(gone).add_cte(freed).add_cte(dropped)
-
-    def _group_rows(self, names: sa.ColumnElement[str]) -> sa.ColumnElement:
-        """An array of the row ids (ctid) of the queue's groups named by ``names``, a column of
-        a CTE: each probes its row through the primary key, whatever the statistics say."""
-        g = self.groups
-        row = (sa.select(_CTID.label("row")).select_from(g)
-               .where(g.c.pkind == sa.bindparam("b_kind"), g.c.group_key == names)
-               .limit(1).lateral("gr"))
-        return sa.func.array(sa.select(row.c.row).select_from(names.table)
-                             .join(row, sa.true()).scalar_subquery())
+    def extend_group(self, conn: sa.Connection, pkind: str, lock: str, group: str,
+                     until_ms: int) -> None:
+        pass
 
     def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:
         # one array per column, unnested: a short statement whatever the row count, which
