@@ -499,7 +499,7 @@ class QueueDao(FlowControl):
                                     actor), control
         self.require_transaction(conn)
         if self._grouped(control):
-            if grouped:  # claimed in one statement just now: nothing it could take
+            if grouped:  # claimed by claim_groups just now: nothing it could take
                 return [], control
             return self.claim_groups(conn, pkind, now_ms, limit, lock, until_ms, actor,
                                      optimistic), control
@@ -543,7 +543,7 @@ class QueueDao(FlowControl):
         return self.claim_is_one_statement and (control is None or self._bucketed(control))
 
     def _grouped(self, control: Control) -> bool:
-        """Whether the queue is claimed by the one-statement grouped claim."""
+        """Whether the queue is claimed by the dialect's own ``claim_groups``."""
         return self.groups_in_claim and control.groups_only
 
     def _bucketed(self, control: Control) -> bool:

@@ -439,7 +439,7 @@ class PostgresQueueDao(QueueDao):
     # group is written anywhere: an ack, a release, a dead letter, an extension or an expired
     # lock changes the group's state by changing its message, and an ack of grouped messages
     # is the plain ack. (The groups table, which every claim and ack wrote a row of for each
-    # group, cost a grouped drain about a fifth of its time.) Claims take turns on a group
+    # group, cost a grouped drain about a quarter of its time.) Claims take turns on a group
     # through a transaction-level advisory lock on its name, tried, never waited for. A claim
     # is two statements: the first walks the first due messages in claim order, passing over
     # busy groups, and locks the free groups it meets, in claim order, until it holds
