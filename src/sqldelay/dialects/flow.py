@@ -32,16 +32,15 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
   its ``claim_grouped``.)
 
 The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
-FlowControl (how rows are locked, read currently, probed, walked in claim order and inserted
-when absent) and, where its planner or its statements allow another form, how the free groups
-are won (``win_groups``), their heads read (``read_heads``) or claimed with the ungrouped
-messages (``claim_heads``), and grouped messages acked (``ack_freeing``), or the whole grouped
-claim and the groups' state (``claim_grouped``, ``free_groups``, ``extend_group``); a dialect
-that sets ``bucket_in_claim`` builds the "bucket" claim into its own claim statement, and one
-that sets ``groups_in_claim`` claims a queue with groups alone by its own ``claim_groups``. The
-statements the claim runs each time are built once, with named parameters: built per call,
-their construction and cache keys cost more client time than some of the statements took the
-database.
+FlowControl (how rows are locked, read currently, probed and inserted when absent) and, where
+its planner or its statements allow another form, how the free groups are won (``win_groups``),
+their heads read (``read_heads``) or claimed with the ungrouped messages (``claim_heads``), and
+grouped messages acked (``ack_freeing``), or the whole grouped claim and the groups' state
+(``claim_grouped``, ``free_groups``, ``extend_group``); a dialect that sets ``bucket_in_claim``
+builds the "bucket" claim into its own claim statement, and one that sets ``groups_in_claim``
+claims a queue with groups alone by its own ``claim_groups``. The statements the claim runs
+each time are built once, with named parameters: built per call, their construction and cache
+keys cost more client time than some of the statements took the database.
 """
 
 from __future__ import annotations
@@ -138,6 +137,17 @@ def group_order(t: sa.Table) -> tuple:
 # room for the groups that concurrent claims (four consumers) hold or are taking
 def walk_length(limit: int) -> int:
     return limit * 4 + 16
+
+
+# how many ungrouped messages a grouped claim of ``limit`` that won ``won`` groups reads, its
+# walk having seen ``seen`` messages of ``walked`` wanted, ``met`` whether one was ungrouped:
+# those the walk saw may come first in claim order, so all it may take; if it saw none, any
+# there are come after every message it saw, wanted only where the groups won leave room, and
+# only if the walk was cut short (so a queue of groups alone is not walked again to find none)
+def loose_wanted(limit: int, won: int, seen: int, walked: int, met: bool) -> int:
+    if met:
+        return limit
+    return limit - won if seen == walked else 0
 
 
 class FlowControl:
@@ -277,7 +287,7 @@ class FlowControl:
                          limit: int, lock: str, until_ms: int, actor: str | None,
                          own_transaction: bool) -> list:
         """Up to ``limit`` due messages, by the group-aware claim where the queue has groups
-        (``own_transaction``: the claim's transaction is its own, see ``walk``)."""
+        (``own_transaction``: the claim's transaction is its own, ended with it)."""
         if control.has_groups:
             return self.claim_grouped(conn, pkind, now_ms, limit, lock, until_ms, actor,
                                        own_transaction)
@@ -359,13 +369,14 @@ class FlowControl:
                       lock: str, until_ms: int, actor: str | None,
                       own_transaction: bool) -> list:
         """Up to ``limit`` due messages of a queue with groups, at most one per group, each
-        its group's first due one (``own_transaction``: see ``walk``)."""
+        its group's first due one (``own_transaction``: the claim's transaction is its own; a
+        dialect's claim may set what holds to its end)."""
         # 1. the first due messages in claim order that are ungrouped or of a free group (the
         # busy probe finds no group for a message without one), read without locks: each
         # group once, with whether it has a row yet
         walk = walk_length(limit)
-        rows = self.walk(conn, self._walk, {"b_kind": pkind, "b_now": now_ms, "walk": walk},
-                         own_transaction)
+        rows = conn.execute(self._walk, {"b_kind": pkind, "b_now": now_ms,
+                                         "walk": walk}).all()
         groups: dict[str, bool] = {}
         ungrouped = 0
         for group, known in rows:  # unpacked: a Row's attributes cost more, over 416 rows
@@ -378,18 +389,11 @@ class FlowControl:
         # skipped, so no two claims ever work on one group at once
         won = self.win_groups(conn, pkind, groups, now_ms, limit) if groups else []
         # 3. the first due message of each group won, now that no other claim can touch the
-        # group, and the ungrouped messages: those the walk saw may come first in claim
-        # order; if it saw none, any there are come after every message it saw, wanted only
-        # where the groups won leave room, and only if the walk was cut short (so a queue of
-        # groups alone does not walk its messages again to find none)
-        if ungrouped:
-            loose = limit
-        else:
-            loose = limit - len(won) if seen == walk else 0
+        # group, and the ungrouped messages
+        loose = loose_wanted(limit, len(won), seen, walk, ungrouped > 0)
         if not won and not loose:
             return []
-        return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor,
-                                own_transaction)
+        return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor)
 
     @functools.cached_property
     def _walk(self) -> sa.Select:
@@ -435,11 +439,11 @@ class FlowControl:
         return won
 
     def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
-                    now_ms: int, limit: int, lock: str, until_ms: int, actor: str | None,
-                    own_transaction: bool) -> list:
+                    now_ms: int, limit: int, lock: str, until_ms: int,
+                    actor: str | None) -> list:
         """Claim the first due message of each group of ``won`` (locked by this claim) and
         up to ``loose`` ungrouped messages, the first ``limit`` of them in claim order, and
-        mark the groups claimed (``own_transaction`` as for ``walk``, which ran first)."""
+        mark the groups claimed."""
         grouped = self.read_heads(conn, pkind, won, now_ms) if won else []
         plain = self.pick_due(conn, pkind, now_ms, loose, ("ungrouped",)) if loose else []
         chosen = sorted([*grouped, *plain], key=lambda r: (-r[7], r[3], r[0]))[:limit]
@@ -550,16 +554,9 @@ class FlowControl:
     # ---- per-database hooks -----------------------------------------------------------------
 
     def walk_settings(self) -> sa.Executable | None:
-        """What ``walk`` runs first in the claim's transaction (the database's planner
-        settings), or None."""
+        """The planner settings the dialect's grouped claim runs its statements under (set
+        by a statement of its own), or None."""
         return None
-
-    def walk(self, conn: sa.Connection, stmt: sa.Select, params: dict,
-             own_transaction: bool) -> Sequence:
-        """The rows of ``stmt``, a read of the first messages in claim order meant as a walk
-        of the claim index, kept so by the database's planner (``own_transaction``: the
-        transaction ``conn`` is in is the claim's own, and ends with it)."""
-        return conn.execute(stmt, params).all()
 
     def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
         """``stmt``, a correlated subquery meant as one index probe per outer row (through

@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql as pg
 from ..errors import InvalidArgumentError, UnsupportedDialectError
 from ..messages import OfferOutcome
 from .base import Advice, ClaimedRow, OfferRow, QueueDao, in_claim_order
-from .flow import Raced, group_order, walk_length
+from .flow import Raced, group_order, loose_wanted, walk_length
 
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
 # churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
@@ -396,6 +396,9 @@ class PostgresQueueDao(QueueDao):
 
     def walk(self, conn: sa.Connection, stmt: sa.Executable, params: dict,
              own_transaction: bool) -> Sequence:
+        """The rows of ``stmt``, a statement of the grouped claim, run under the claim's
+        planner settings: set until the end of the transaction where it is the claim's own
+        (``own_transaction``), and only around ``stmt`` in a caller's."""
         # On a table without statistics (a new queue), or one that has grown, the planner
         # takes the due messages for a handful and reads them all, through a bitmap or the
         # due index, then sorts them, where the walk of the claim index reads a few hundred:
@@ -483,8 +486,7 @@ class PostgresQueueDao(QueueDao):
                 f"runs at {isolation.upper()}: each of its statements must see what other "
                 "claims committed before it began")
         won = won or []
-        # the ungrouped messages, as the portable claim wants them (``claim_grouped``)
-        loose = limit if loose_seen else (limit - len(won) if seen == walk else 0)
+        loose = loose_wanted(limit, len(won), seen, walk, loose_seen)
         if not won and not loose:
             return []
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
