@@ -92,11 +92,14 @@ def pack_job_environment(directory: Path, extras: str = "spark,postgresql,mysql"
     constraints = directory / "constraints.txt"
     constraints.write_text(_driver_versions())
     venv = directory / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c", str(constraints),
-          f"{wheel}[{extras}]"])
+    # no pip of its own (installing it took 6 s): this interpreter's pip installs into it
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+          "--quiet", "-c", str(constraints), f"{wheel}[{extras}]"])
     archive = directory / "sqldelay-env.tar.gz"
-    venv_pack.pack(prefix=str(venv), output=str(archive), filters=[("exclude", PACK_EXCLUDE)])
+    # the lightest compression: 10 s to pack instead of 14, the archive 140 MB instead of 128
+    venv_pack.pack(prefix=str(venv), output=str(archive), filters=[("exclude", PACK_EXCLUDE)],
+                   compress_level=1)
     shutil.rmtree(venv)
     return archive
 
