@@ -128,12 +128,15 @@ class Bench:
 
 
 def fill(queue: DelayedQueue, count: int, *, start: int = 0, prefix: str = "m",
-         at: datetime | None = None, chunk: int = 5_000) -> None:
-    """Offer ``count`` messages due at ``at`` (a second ago by default), in large batches."""
+         at: datetime | None = None, chunk: int = 5_000, groups: int | None = None) -> None:
+    """Offer ``count`` messages due at ``at`` (a second ago by default), in large batches
+    (with ``groups``, the i-th in group ``g<i mod groups>``)."""
     at = at or datetime.now(UTC) - timedelta(seconds=1)
     for lo in range(start, start + count, chunk):
         hi = min(lo + chunk, start + count)
-        queue.offer_many([Message(f"{prefix}{i}", PAYLOAD, at) for i in range(lo, hi)])
+        queue.offer_many([Message(f"{prefix}{i}", PAYLOAD, at,
+                                  group=None if groups is None else f"g{i % groups}")
+                          for i in range(lo, hi)])
 
 
 def run_threads(count: int, work: Callable[[int], None]) -> float:

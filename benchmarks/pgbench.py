@@ -12,6 +12,12 @@ wrapped without changing what the database does:
 The offer's three array parameters are built in the statement from ``generate_series``, as
 pgbench has no array variables; everything else is our INSERT … SELECT FROM unnest verbatim.
 Each pgbench transaction runs in autocommit, like ours: one commit per claim and per ack.
+
+The grouped drain (``grouped_drain``) sends what ours sends for a queue of groups alone: in one
+transaction, the claim's planner settings, the walk that locks the free groups (verbatim, its
+row named and its groups' names handed on with the count of ungrouped messages to read,
+``flow.loose_wanted``'s rule), the claim of their heads (wrapped as the plain claim is); then
+the batched ack in autocommit.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import tempfile
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
+from sqldelay.dialects.flow import walk_length
 from sqldelay.dialects.postgresql import PostgresQueueDao
 from sqldelay.schema import queue_table
 
@@ -44,7 +51,9 @@ def compile_sql(stmt, constants: dict[str, str]) -> str:
     """Our statement as PostgreSQL text, each bound parameter written as a pgbench ``:name``.
 
     Parameters SQLAlchemy made from Python values (``deliveries + 1``) keep their value: it is
-    added to ``constants`` for ``-D``; a None becomes NULL, as pgbench has no null variables.
+    added to ``constants`` for ``-D``, renamed where another statement's constant of the same
+    name holds another value (each statement numbers its own ``param_1``); a None becomes
+    NULL, as pgbench has no null variables.
     """
     compiled = stmt.compile(dialect=pg.psycopg.dialect())
 
@@ -54,7 +63,10 @@ def compile_sql(stmt, constants: dict[str, str]) -> str:
         if bind is not None and not bind.required:
             if bind.value is None:
                 return "NULL"
-            constants[name] = str(bind.value)
+            value, n = str(bind.value), 1
+            while constants.setdefault(name, value) != value:
+                n += 1
+                name = f"{m.group(1)}_{n}v"
         return ":" + name
 
     return _PARAM.sub(variable, str(compiled)).replace("%%", "%")
@@ -78,17 +90,34 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
     }
     for name, expr in arrays.items():
         offer = re.sub(rf":{name}(::[\w\[\]]+)?", lambda _m, e=expr: e, offer)
-    claim = (f"WITH c AS ({compile_sql(dao._claim_statement(('guard',)), constants)}) "
-             "SELECT coalesce(array_agg(c.id), '{}') AS ids, coalesce(min(c.id), 0) AS id FROM c")
+    claim = _ids(compile_sql(dao._claim_statement(('guard',)), constants))
     if batch == 1:
         ack = compile_sql(dao._ack, constants)
     else:
         ack = compile_sql(dao._ack_many, constants)
+    # the grouped claim: the walk's row as names, the groups it locked as the heads' parameter
+    walk = (f"SELECT coalesce(w.won::text, '[]') AS group_names, CASE WHEN w.met THEN :limit "
+            f"WHEN w.seen = :walk THEN :limit - coalesce(json_array_length(w.won), 0) ELSE 0 "
+            f"END AS loose FROM ({compile_sql(dao._win_groups[True], constants)}) "
+            "AS w(won, seen, met, isolation)")
+    grouped = "\n".join([
+        "\\set lock random(1, 2000000000)", "BEGIN;",
+        _one_line(compile_sql(dao.walk_settings(), constants)) + ";",
+        _one_line(walk), "\\gset",
+        _one_line(_ids(compile_sql(dao._heads_claim(False), constants))), "\\gset",
+        "COMMIT;", _one_line(ack) + ";", ""])
     return {
         "offer": "\\set base random(1, 1000000000000)\n" + _one_line(offer) + ";\n",
         "drain": "\\set lock random(1, 2000000000)\n" + _one_line(claim) + "\n\\gset\n"
                  + _one_line(ack) + ";\n",
+        "grouped_drain": grouped,
     }, constants
+
+
+def _ids(claim: str) -> str:
+    """A claim statement wrapped to hand the ids it claimed to the ack in one row."""
+    return (f"WITH c AS ({claim}) "
+            "SELECT coalesce(array_agg(c.id), '{}') AS ids, coalesce(min(c.id), 0) AS id FROM c")
 
 
 def _payload_bytes() -> bytes:
@@ -105,11 +134,13 @@ def _one_line(sql: str) -> str:
 
 def run(bench: Bench, kind: str, *, queue, batch: int, clients: int, transactions: int,
         now_ms: int) -> float:
-    """Seconds pgbench took for ``transactions`` runs of script ``kind`` ("offer" or "drain") on
-    ``queue``, connections excluded."""
-    texts, constants = scripts(queue.dao.table.name, batch)
+    """Seconds pgbench took for ``transactions`` runs of script ``kind`` ("offer", "drain" or
+    "grouped_drain") on ``queue``, connections excluded."""
+    table = queue.dao.table.name
+    texts, constants = scripts(table, batch)
     variables = {**constants, "b_kind": queue.pkind, "b_now": now_ms, "limit": batch,
-                 "until": now_ms + 300_000}
+                 "until": now_ms + 300_000, "walk": walk_length(batch),
+                 "space": f"{table}\x1f{queue.pkind}\x1f"}
     url = sa.make_url(bench.url)
     per_client = max(1, transactions // clients)
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:

@@ -33,14 +33,21 @@ class Reference:
 
 # the client-side offer ceiling: mysqlslap sends our offer statement itself (MariaDB/MySQL)
 CLIENT_SIDE = "offer_wire"
+# the grouped drain's ceiling: pgbench sends our grouped claim (PostgreSQL), over messages in
+# GROUPS groups
+GROUPED = "grouped_drain"
+GROUPS = 1_000
 
 
 def reference(bench: Bench, scenario: str, kind: str, *, batch: int, clients: int,
               messages: int) -> Reference | None:
-    """The ceiling of ``kind`` ("offer" or "drain"; on MariaDB/MySQL also ``CLIENT_SIDE``) on
-    this database; None on SQLite and where the database's C client has no such ceiling."""
+    """The ceiling of ``kind`` ("offer" or "drain"; on MariaDB/MySQL also ``CLIENT_SIDE``, on
+    PostgreSQL ``GROUPED``) on this database; None on SQLite and where the database's C client
+    has no such ceiling."""
     if bench.dialect == "postgresql" and kind != CLIENT_SIDE:
-        subject, tool = "pgbench", pgbench
+        subject, tool = ("pgbench groups" if kind == GROUPED else "pgbench"), pgbench
+    elif kind == GROUPED:
+        return None
     elif bench.dialect in ("mysql", "mariadb"):
         subject, tool = "mysqlslap", mysqlslap
         if kind == CLIENT_SIDE:
@@ -48,22 +55,24 @@ def reference(bench: Bench, scenario: str, kind: str, *, batch: int, clients: in
     else:
         return None
     params = {"batch": batch, "clients": clients, "messages": messages}
+    if kind == GROUPED:
+        params["groups"] = GROUPS
     if tool.executable() is None:
         return Reference(subject, params, None,
                          f"{subject} not installed (see benchmarks/README.md)")
-    queue = bench.queue(f"ref_{scenario}")
+    queue = bench.queue(f"ref_{scenario}" if kind != GROUPED else f"ref_{scenario}_groups")
     transactions = max(1, messages // batch)
     clients = min(clients, transactions)
     transactions -= transactions % clients  # every client runs the same count
 
     def measure() -> float:
-        if kind == "drain":
-            fill(queue, transactions * batch)
+        if kind in ("drain", GROUPED):
+            fill(queue, transactions * batch, groups=GROUPS if kind == GROUPED else None)
         now = int(time.time() * 1000)
         seconds = tool.run(bench, kind, queue=queue, batch=batch, clients=clients,
                            transactions=transactions, now_ms=now)
         left = queue.stats()
-        moved = transactions * batch - left.due if kind == "drain" else \
+        moved = transactions * batch - left.due if kind in ("drain", GROUPED) else \
             left.due + left.scheduled + left.in_flight
         queue.clear()
         return moved / seconds

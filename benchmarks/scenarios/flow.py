@@ -4,8 +4,9 @@ flow_drain: ``flow_messages`` due messages drained by ``consumers`` threads with
 poll_many(batch) + ack_many, four ways, in alternating rounds (medians, with min and max):
 plain; with priorities (ten levels); in 1,000 groups (so each claim takes the group-aware
 path); and with a rate limit that is never reached (so each claim takes the limited path:
-settings locked, bucket charged); each round in a table of its own. The C-client ceiling of
-the plain claim runs in the same scenario.
+settings locked, bucket charged); each round in a table of its own. The C-client ceilings
+of the plain drain and, on PostgreSQL, of the grouped drain (pgbench sending our grouped
+claim's statements) run in the same scenario.
 flow_fairness: one Worker over a flooded queue (``fairness_flood`` due) and a quiet one with a
 message falling due every 0.1 s for 5 s: the quiet messages' lag from due time to handler,
 p50/p99, and how many of them were handled while the flood was still draining (tests assert
@@ -42,7 +43,7 @@ from ..plans import READS_PLANS, analyze, claim_index, claim_plan, due_statement
 
 RATE = "messages/s"
 QUIET = 50  # quiet messages, one due every 0.1 s
-GROUPS = 1_000  # the groups of flow_drain's grouped variant
+GROUPS = references.GROUPS  # the groups of flow_drain's grouped variant (and its ceiling)
 
 
 def flow_drain(bench: Bench) -> None:
@@ -76,8 +77,9 @@ def flow_drain(bench: Bench) -> None:
         bench.add("flow_drain", subject, RATE, stats["median"],
                   params={"messages": n, "batch": bench.batch, "clients": bench.consumers,
                           "cost_vs_plain": 1 - stats["median"] / plain, **stats})
-    references.drain(bench, "flow_drain", batch=bench.batch, clients=bench.consumers,
-                     messages=n)
+    # the ceilings of the plain and of the grouped drain (PostgreSQL), in rounds of their own
+    references.compare(bench, "flow_drain", "drain", {}, batch=bench.batch,
+                       clients=bench.consumers, messages=n, also=(references.GROUPED,))
 
 
 def _drain_all(queue, batch: int):

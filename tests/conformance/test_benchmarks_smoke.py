@@ -57,6 +57,10 @@ def test_every_scenario_runs_tiny_and_reports_each_figure(backend_url, engine, t
         # the C client moved every message it was given: the compiled statements work
         assert all(f["value"] and f["params"]["messages"] > 0 for f in ceilings)
         assert any(r["reference"] == "pgbench" for r in result["ratios"])
+        # and the grouped claim's two statements, the groups the first locked handed to the
+        # second through pgbench's variables, claimed what the acks then deleted
+        grouped = [f for f in figures if f["subject"] == "pgbench groups"]
+        assert [f["scenario"] for f in grouped] == ["flow_drain"] and grouped[0]["value"] > 0
     if dialect in ("mysql", "mariadb") and mysqlslap.executable():
         # both drivers, PyMySQL alone and both ceilings moved the messages they were given
         offers = {f["subject"]: f["value"] for f in figures if f["scenario"] == "mysql_offer"}
