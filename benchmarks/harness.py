@@ -47,6 +47,8 @@ class Sizes:
     churn_standing: int = 10_000  # future messages that stay in the table during churn
     peer_jobs: int = 10_000
     fairness_flood: int = 100_000  # due messages in the flooded queue of flow_fairness
+    quiet_messages: int = 50  # flow_fairness's quiet messages, one due every 0.1 s
+    overhead_calls: int = 2_000  # statements a round of async_overhead times, each way
     shard_counts: tuple[int, ...] = (1, 2, 4)  # private PostgreSQL servers of shards_scaling
     rss_messages: int = 1_000_000  # drained by one worker while its RSS is sampled
     offer_many_sizes: tuple[int, ...] = (100_000, 300_000, 1_000_000)  # one offer_many each
@@ -61,8 +63,9 @@ SIZES = {
     "tiny": Sizes(messages=200, flow_messages=200, single_messages=40, steady_seconds=0.5,
                   steady_rate=200, backlogs=(1_000, 3_000), probe_polls=5, consumer_counts=(1, 2),
                   per_count_messages=20, churn_cycles=4, churn_standing=50, peer_jobs=200,
-                  fairness_flood=500, shard_counts=(1, 2), rss_messages=2_000,
-                  offer_many_sizes=(500, 2_000), process_messages=300, fresh_messages=500),
+                  fairness_flood=500, quiet_messages=10, overhead_calls=100,
+                  shard_counts=(1, 2), rss_messages=2_000, offer_many_sizes=(500, 2_000),
+                  process_messages=300, fresh_messages=500),
 }
 
 

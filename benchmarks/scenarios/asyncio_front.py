@@ -28,12 +28,20 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqldelay import AsyncDelayedQueue, AsyncWorker, Message, WorkerListener
 from sqldelay.engines import async_url
 
-from ..harness import OURS, PAYLOAD, ROUNDS, Bench, alternate, percentile, spread
+from ..harness import (
+    OURS,
+    PAYLOAD,
+    ROUNDS,
+    Bench,
+    alternate,
+    percentile,
+    rounds_for,
+    spread,
+)
 from .peers import ENQUEUE, PROCESS, RATE
 
 ASYNC_DRIVERS = {"postgresql": ["asyncpg", "psycopg_async"], "mysql": ["asyncmy"],
                  "mariadb": ["asyncmy"], "sqlite": ["aiosqlite"]}
-CALLS = 2000
 
 
 def _urls(bench: Bench) -> dict[str, str]:
@@ -63,30 +71,31 @@ def async_overhead(bench: Bench) -> None:
         for name, values in (("await conn.execute", direct), ("conn.run_sync", through)):
             stats = spread(values)
             bench.add("async_overhead", f"{name} ({driver})", "µs per call", stats["median"],
-                      params={"calls": CALLS, **stats})
+                      params={"calls": bench.sizes.overhead_calls, **stats})
 
 
 async def _overhead(url: str, bench: Bench) -> tuple[list[float], list[float]]:
     engine = _engine(url, bench)
     stmt = sa.text("SELECT 1")
+    calls = bench.sizes.overhead_calls
     try:
         async with engine.connect() as conn:
             await conn.execute(stmt)
 
             async def direct() -> float:
                 began = time.perf_counter()
-                for _ in range(CALLS):
+                for _ in range(calls):
                     await conn.execute(stmt)
-                return (time.perf_counter() - began) / CALLS * 1e6
+                return (time.perf_counter() - began) / calls * 1e6
 
             async def through() -> float:
                 began = time.perf_counter()
-                for _ in range(CALLS):
+                for _ in range(calls):
                     await conn.run_sync(lambda c: c.execute(stmt))
-                return (time.perf_counter() - began) / CALLS * 1e6
+                return (time.perf_counter() - began) / calls * 1e6
 
             values: dict[str, list[float]] = {"direct": [], "through": []}
-            for _ in range(ROUNDS):
+            for _ in range(rounds_for(calls)):
                 values["direct"].append(await direct())
                 values["through"].append(await through())
             return values["direct"], values["through"]

@@ -42,7 +42,6 @@ from ..harness import (
 from ..plans import READS_PLANS, analyze, claim_index, claim_plan, due_statement, explain
 
 RATE = "messages/s"
-QUIET = 50  # quiet messages, one due every 0.1 s
 GROUPS = references.GROUPS  # the groups of flow_drain's grouped variant (and its ceiling)
 
 
@@ -101,11 +100,11 @@ def _drain_all(queue, batch: int):
 
 def flow_fairness(bench: Bench) -> None:
     flooded, quiet = bench.queue("fair_flooded"), bench.queue("fair_quiet")
-    flood = bench.sizes.fairness_flood
+    flood, quiet_count = bench.sizes.fairness_flood, bench.sizes.quiet_messages
     fill(flooded, flood, prefix="a")
     start = SystemClock().now()
     quiet.offer_many([Message(f"b{i}", PAYLOAD, start + timedelta(seconds=i / 10))
-                      for i in range(QUIET)])
+                      for i in range(quiet_count)])
     lags: list[float] = []
     during_flood = [0]
     flood_handled = [0]
@@ -117,7 +116,7 @@ def flow_fairness(bench: Bench) -> None:
             if envelope.queue is quiet:
                 lags.append((SystemClock().now() - envelope.scheduled_at).total_seconds() * 1000)
                 during_flood[0] += flood_handled[0] < flood
-                if len(lags) == QUIET:
+                if len(lags) == quiet_count:
                     done.set()
             else:
                 flood_handled[0] += 1
@@ -127,7 +126,7 @@ def flow_fairness(bench: Bench) -> None:
                     idle_poll=timedelta(milliseconds=100), listeners=[WorkerListener()])
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    done.wait(QUIET / 10 + 30)
+    done.wait(quiet_count / 10 + 30)
     worker.stop()
     thread.join()
     lags.sort()
