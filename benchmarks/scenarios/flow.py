@@ -7,10 +7,10 @@ path); and with a rate limit that is never reached (so each claim takes the limi
 settings locked, bucket charged); each round in a table of its own. The C-client ceilings
 of the plain drain and, on PostgreSQL, of the grouped drain (pgbench sending our grouped
 claim's statements) run in the same scenario.
-flow_fairness: one Worker over a flooded queue (``fairness_flood`` due) and a quiet one with a
-message falling due every 0.1 s for 5 s: the quiet messages' lag from due time to handler,
-p50/p99, and how many of them were handled while the flood was still draining (tests assert
-fairness loosely; this reports it).
+flow_fairness: one Worker over a flooded queue (``fairness_flood`` due) and a quiet one whose
+``quiet_messages`` fall due 0.1 s apart (5 s by default): the quiet messages' lag from due
+time to handler, p50/p99, and how many of them were handled while the flood was still
+draining (tests assert fairness loosely; this reports it).
 flow_serial: one serial group drained by a Worker, beside the same messages without a group.
 flow_plans: the database's plans for the claim's reads at the smallest and largest backlog
 (``backlogs``, 1e3 and 1e6 due): the claim of a queue with priorities (and on PostgreSQL the
