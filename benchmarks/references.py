@@ -64,15 +64,16 @@ def reference(bench: Bench, scenario: str, kind: str, *, batch: int, clients: in
     transactions = max(1, messages // batch)
     clients = min(clients, transactions)
     transactions -= transactions % clients  # every client runs the same count
+    drains = kind in ("drain", GROUPED)
 
     def measure() -> float:
-        if kind in ("drain", GROUPED):
+        if drains:
             fill(queue, transactions * batch, groups=GROUPS if kind == GROUPED else None)
         now = int(time.time() * 1000)
         seconds = tool.run(bench, kind, queue=queue, batch=batch, clients=clients,
                            transactions=transactions, now_ms=now)
         left = queue.stats()
-        moved = transactions * batch - left.due if kind in ("drain", GROUPED) else \
+        moved = transactions * batch - left.due if drains else \
             left.due + left.scheduled + left.in_flight
         queue.clear()
         return moved / seconds
