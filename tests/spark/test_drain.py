@@ -6,12 +6,14 @@ import collections
 import os
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from sqldelay import DelayedQueue, InvalidArgumentError, Message
-from sqldelay.spark import DrainCounts, drain_with_spark
+from sqldelay import DelayedQueue, InvalidArgumentError, JsonSerializer, Message
+from sqldelay.spark import DrainCounts, drain, drain_with_spark
 
 # run again on the standalone cluster (conftest.py)
 pytestmark = pytest.mark.spark_cluster
@@ -89,3 +91,29 @@ def test_time_limit_releases_the_unstarted_rest_of_a_batch(
     stats = q.stats()
     # the released messages are due again at once, not left locked until the lock expires
     assert (stats.due, stats.in_flight) == (counts.released, 0)
+
+
+def test_a_claim_returning_after_the_time_limit_still_handles_its_first_message(
+        spark_url, spark_engine, spark_table, queue_name, monkeypatch):
+    """The task's own loop, without Spark: its clock jumps past the limit while it claims, as
+    when a task's first connection is slow; the batch must not all go back unhandled."""
+    q = DelayedQueue(spark_engine, queue_name, table_name=spark_table)
+    q.offer_many([Message(f"m{i}", {"i": i}) for i in range(5)])
+    clock = [0.0]
+    monkeypatch.setattr(drain, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    claim = DelayedQueue.poll_many
+
+    def slow_claim(self, limit):
+        claimed = claim(self, limit)
+        clock[0] += 60.0  # the claim outlasted the task's whole minute
+        return claimed
+
+    monkeypatch.setattr(DelayedQueue, "poll_many", slow_claim)
+    handled = []
+    task = drain._DrainTask(spark_url, queue_name, JsonSerializer(), spark_table, batch_size=5,
+                            acquire_timeout=timedelta(minutes=5), max_seconds=60.0,
+                            handler=lambda envelope: handled.append(envelope.key))
+    assert task.run() == {"processed": 1, "failed": 0, "lost": 0, "released": 4}
+    stats = q.stats()
+    assert len(handled) == 1 and q.get(handled[0]) is None
+    assert (stats.due, stats.in_flight) == (4, 0)

@@ -5,7 +5,8 @@ batches (``poll_many``), calls the handler on each and acks the batch. At-least-
 handler that raises leaves its message claimed, so it becomes due again when its lock
 expires; a task that dies (or is retried by Spark) leaves its claims to expire the same way.
 A task stops when nothing is due or when ``max_seconds`` have passed; messages it claimed but
-had not started when time ran out are released (due again at once).
+had not started when time ran out are released (due again at once). Each claimed batch's first
+message is handled even when the claim returns after the limit, so every claim makes progress.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ class _DrainTask:
                 counts: dict[str, int]) -> None:
         done: list[Envelope] = []
         for i, env in enumerate(envelopes):
-            if deadline is not None and time.monotonic() >= deadline:
+            # the first message always starts: a claim that returns after the limit (a slow
+            # first connection, a loaded server) still makes progress instead of giving all back
+            if i and deadline is not None and time.monotonic() >= deadline:
                 for rest in envelopes[i:]:
                     counts["released"] += int(queue.release(rest))
                 break
