@@ -93,22 +93,29 @@ def test_time_limit_releases_the_unstarted_rest_of_a_batch(
     assert (stats.due, stats.in_flight) == (counts.released, 0)
 
 
-def test_a_claim_returning_after_the_time_limit_still_handles_its_first_message(
-        spark_url, spark_engine, spark_table, queue_name, monkeypatch):
-    """The task's own loop, without Spark: its clock jumps past the limit while it claims, as
-    when a task's first connection is slow; the batch must not all go back unhandled."""
+@pytest.mark.parametrize("slow", ["start", "claim"])
+def test_a_task_that_outlasts_its_time_limit_still_handles_one_message(
+        spark_url, spark_engine, spark_table, queue_name, monkeypatch, slow):
+    """The task's own loop, without Spark, on a clock that jumps past the limit while the task
+    starts (a cold executor: imports, the engine) or while it claims (a slow first
+    connection): it must still claim, handle one message and give the rest back, not end
+    with nothing done or everything it claimed released."""
     q = DelayedQueue(spark_engine, queue_name, table_name=spark_table)
     q.offer_many([Message(f"m{i}", {"i": i}) for i in range(5)])
     clock = [0.0]
     monkeypatch.setattr(drain, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    claim = DelayedQueue.poll_many
 
-    def slow_claim(self, limit):
-        claimed = claim(self, limit)
-        clock[0] += 60.0  # the claim outlasted the task's whole minute
-        return claimed
+    def outlasting(step):
+        def run(*args, **kwargs):
+            result = step(*args, **kwargs)
+            clock[0] += 60.0  # the step took the task's whole minute
+            return result
+        return run
 
-    monkeypatch.setattr(DelayedQueue, "poll_many", slow_claim)
+    if slow == "start":
+        monkeypatch.setattr(drain, "make_engine", outlasting(drain.make_engine))
+    else:
+        monkeypatch.setattr(DelayedQueue, "poll_many", outlasting(DelayedQueue.poll_many))
     handled = []
     task = drain._DrainTask(spark_url, queue_name, JsonSerializer(), spark_table, batch_size=5,
                             acquire_timeout=timedelta(minutes=5), max_seconds=60.0,

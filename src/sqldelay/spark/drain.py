@@ -5,8 +5,9 @@ batches (``poll_many``), calls the handler on each and acks the batch. At-least-
 handler that raises leaves its message claimed, so it becomes due again when its lock
 expires; a task that dies (or is retried by Spark) leaves its claims to expire the same way.
 A task stops when nothing is due or when ``max_seconds`` have passed; messages it claimed but
-had not started when time ran out are released (due again at once). Each claimed batch's first
-message is handled even when the claim returns after the limit, so every claim makes progress.
+had not started when time ran out are released (due again at once). Every task claims at least
+one batch and handles that batch's first message, however slowly it started, so a short limit
+never ends in claims given back whole.
 """
 
 from __future__ import annotations
@@ -62,11 +63,12 @@ class _DrainTask:
             queue = DelayedQueue(engine, self.queue, serializer=self.serializer,
                                  acquire_timeout=self.acquire_timeout,
                                  table_name=self.table_name)
-            while deadline is None or time.monotonic() < deadline:
-                envelopes = queue.poll_many(self.batch_size)
-                if not envelopes:
-                    break
+            # the limit is checked after each batch, not before the first: a task whose
+            # start (imports, a first connection) outlasts it still claims once
+            while envelopes := queue.poll_many(self.batch_size):
                 self._handle(queue, envelopes, deadline, counts)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
         finally:
             engine.dispose()
         return counts
