@@ -131,13 +131,16 @@ class Bench:
 
 
 def fill(queue: DelayedQueue, count: int, *, start: int = 0, prefix: str = "m",
-         at: datetime | None = None, chunk: int = 5_000, groups: int | None = None) -> None:
+         at: datetime | None = None, chunk: int = 5_000, groups: int | None = None,
+         priorities: int | None = None) -> None:
     """Offer ``count`` messages due at ``at`` (a second ago by default), in large batches
-    (with ``groups``, the i-th in group ``g<i mod groups>``)."""
+    (with ``groups``, the i-th in group ``g<i mod groups>``; with ``priorities``, at priority
+    ``i mod priorities``)."""
     at = at or datetime.now(UTC) - timedelta(seconds=1)
     for lo in range(start, start + count, chunk):
         hi = min(lo + chunk, start + count)
         queue.offer_many([Message(f"{prefix}{i}", PAYLOAD, at,
+                                  priority=0 if priorities is None else i % priorities,
                                   group=None if groups is None else f"g{i % groups}")
                           for i in range(lo, hi)])
 

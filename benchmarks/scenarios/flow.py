@@ -55,12 +55,8 @@ def flow_drain(bench: Bench) -> None:
 
     def measure(variant: str) -> float:
         queue = bench.queue(f"flow_{variant.split()[0]}", table=next(tables))
-        due = datetime.now(UTC) - timedelta(seconds=1)
-        for lo in range(0, n, 5000):
-            queue.offer_many([
-                Message(f"m{i}", PAYLOAD, due, priority=i % 10 if variant == "priorities" else 0,
-                        group=f"g{i % GROUPS}" if variant.startswith("groups") else None)
-                for i in range(lo, min(lo + 5000, n))])
+        fill(queue, n, priorities=10 if variant == "priorities" else None,
+             groups=GROUPS if variant.startswith("groups") else None)
         if variant == "unreached rate limit":
             queue.set_rate_limit(1_000_000_000)
         elapsed = run_threads(bench.consumers, _drain_all(queue, bench.batch))
@@ -173,12 +169,8 @@ def flow_plans(bench: Bench) -> None:
         queue = bench.queue(f"plans_{variant}")
         filled = 0
         for size in (bench.sizes.backlogs[0], bench.sizes.backlogs[-1]):
-            due = datetime.now(UTC) - timedelta(seconds=1)
-            for lo in range(filled, size, 10_000):
-                queue.offer_many([
-                    Message(f"m{i}", PAYLOAD, due, priority=i % 10,
-                            group=f"g{i % 1000}" if variant == "groups" else None)
-                    for i in range(lo, min(lo + 10_000, size))])
+            fill(queue, size - filled, start=filled, chunk=10_000, priorities=10,
+                 groups=GROUPS if variant == "groups" else None)
             filled = size
             analyze(bench.engine, queue.dao.table)
             plans[f"{variant} {size}"] = _plans(bench, queue, variant)
