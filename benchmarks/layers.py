@@ -16,7 +16,8 @@ turns for ``ROUNDS`` rounds, and prints the median CPU microseconds per call of 
 
 A sqldelay poll or ack is one such call plus the library's own work around it (the claim's
 rows made into envelopes, the payload decoded); the throughput scenarios' "psycopg alone"
-subject and client CPU per message put the whole operation beside this.
+and "SQLAlchemy alone" subjects and client CPU per message put the whole operation beside
+this.
 """
 
 from __future__ import annotations

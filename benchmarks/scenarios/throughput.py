@@ -7,14 +7,15 @@ poll_many_ack_many: the same in claims of ``batch``; offer_many_changed: ``offer
 threads, with no C-client reference (messages/s and client CPU per message). Every commit
 is durable (the database's default), one transaction per call, exactly as a user's code
 would call the queue. Ours and the C client take turns (``references.compare``); on
-PostgreSQL each also runs the same statements through psycopg alone (``rawloop``), the limit
-of a Python client.
+PostgreSQL each also runs the same statements through psycopg alone and through SQLAlchemy
+alone (``rawloop``), the limits of a Python client and of one built on SQLAlchemy.
 """
 
 from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from sqldelay import Message
 
@@ -55,16 +56,17 @@ def _offer(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
     batches = messages // batch
 
     subjects = {OURS: lambda: offer_rate(queue, clients, batch, batches)}
-    if bench.dialect == "postgresql":  # the same loop with no library code: the limit in Python
+    if bench.dialect == "postgresql":  # the same loop with no library code: the limits in Python
         raw = bench.queue(f"raw_{scenario}")
 
-        def measure_raw() -> tuple[float, float]:
+        def measure_raw(layer: str) -> tuple[float, float]:
             elapsed, cpu = timed_threads(clients, rawloop.offer(bench, raw, clients, batch,
-                                                                batches))
+                                                                batches, layer))
             raw.clear()
             return batches * batch / elapsed, cpu
 
-        subjects[rawloop.SUBJECT] = measure_raw
+        for layer in rawloop.LAYERS:
+            subjects[layer] = partial(measure_raw, layer)
     references.compare(bench, scenario, "offer", subjects, batch=batch, clients=clients,
                        messages=batches * batch)
 
@@ -81,17 +83,18 @@ def _drain(bench: Bench, scenario: str, *, batch: int, messages: int) -> None:
         return (messages - left) / elapsed, cpu
 
     subjects = {OURS: measure}
-    if bench.dialect == "postgresql":  # the same loop with no library code: the limit in Python
+    if bench.dialect == "postgresql":  # the same loop with no library code: the limits in Python
         raw = bench.queue(f"raw_{scenario}")
 
-        def measure_raw() -> tuple[float, float]:
+        def measure_raw(layer: str) -> tuple[float, float]:
             fill(raw, messages)
-            elapsed, cpu = timed_threads(clients, rawloop.drain(bench, raw, batch))
+            elapsed, cpu = timed_threads(clients, rawloop.drain(bench, raw, batch, layer))
             left = raw.stats().due
             raw.clear()
             return (messages - left) / elapsed, cpu
 
-        subjects[rawloop.SUBJECT] = measure_raw
+        for layer in rawloop.LAYERS:
+            subjects[layer] = partial(measure_raw, layer)
     references.compare(bench, scenario, "drain", subjects, batch=batch, clients=clients,
                        messages=messages)
 
