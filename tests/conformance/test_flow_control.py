@@ -18,6 +18,7 @@ from sqldelay import (
     SystemClock,
     WorkerListener,
 )
+from sqldelay.dialects import postgresql
 
 from .test_worker import in_thread, wait_for
 
@@ -149,6 +150,26 @@ def test_an_ungrouped_message_behind_a_long_group_is_claimed_beside_its_head(mak
     queue.offer_many([Message(f"a{i:03}", i, now - 200 * S + i * S, group="a")
                       for i in range(150)] + [Message("late", 0, now)])
     assert [e.key for e in queue.poll_many(10)] == ["a000", "late"]
+
+
+@pytest.mark.parametrize("busy_read", [None, 3], ids=["all busy groups read", "three read"])
+def test_a_claim_finds_free_groups_behind_more_busy_groups_than_it_walks(
+        make_queue, engine, clock, monkeypatch, busy_read):
+    # the walk passes over the messages of groups in flight without counting them; on
+    # PostgreSQL it reads the busy groups' names once (up to a bound, here made three) and
+    # probes each message's group past that bound
+    if busy_read is not None:
+        if engine.dialect.name != "postgresql":
+            pytest.skip("only PostgreSQL's walk reads the busy groups up to a bound")
+        monkeypatch.setattr(postgresql, "_BUSY_READ", busy_read)
+    queue = make_queue(acquire_timeout=30 * S)
+    now = clock.now()
+    queue.offer_many([Message(f"b{i:02}-{j}", 0, now - (100 - j) * S, group=f"b{i:02}")
+                      for i in range(30) for j in range(2)]
+                     + [Message(f"free{i}", 0, now - S, group=f"f{i}") for i in range(3)])
+    assert len(queue.poll_many(30)) == 30  # each b group's first message, in flight
+    # the next 30 due messages are of busy groups: more than a claim of 2 walks (24)
+    assert [e.key for e in queue.poll_many(2)] == ["free0", "free1"]
 
 
 def test_a_group_met_for_the_first_time_keeps_its_place_in_claim_order(make_queue, clock):

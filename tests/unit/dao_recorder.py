@@ -191,9 +191,9 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     if postgres:
         # the walk locks group g1 (an advisory lock) and meets an ungrouped message; then
         # the heads and the ungrouped messages are claimed and marked in one statement. Each
-        # runs with bitmap and sequential reads off (in the caller's transaction: off, then
-        # back on)
-        settings = [("on", "on", "off", "off")]
+        # runs with bitmap and sequential reads off, and work_mem at 4 MB (in the caller's
+        # transaction: set, then back)
+        settings = [("on", "on", "off", "off", "1MB")]
         won = [(["g1"], 2, True, "read committed")]  # groups locked, walked, ungrouped met
         grouped_claim = [settings, won, [], settings, [claimed], []]
     else:

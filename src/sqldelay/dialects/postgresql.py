@@ -48,9 +48,17 @@ _ARRAYS = ("payloads",)
 # the size from which verify reports a queue table without planner statistics (40,000 small
 # messages take 4.4 MB; below it a claim's read of every due message costs a few ms at most)
 _UNANALYZED_BYTES = 4 << 20
-# the planner settings of a grouped claim's transaction (``walk``)
+# the planner settings of a grouped claim's transaction (``walk``); work_mem, PostgreSQL's
+# default, so that the walk's read of the busy groups is planned as fitting in memory on a
+# server set lower (``_BUSY_READ``)
 _WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off",
-                  "jit": "off"}
+                  "jit": "off", "work_mem": "4MB"}
+# how many busy groups the grouped claim's walk reads, hashed, to pass over their messages
+# (``_free_in_walk``). Written into the statement, where a bound limit would leave the
+# planner's estimate of the read to the table's statistics: a read it expects not to fit in
+# work_mem is not hashed but run again for every message walked. 4,096 names of 200
+# characters fit in the 4 MB of ``_WALK_SETTINGS``
+_BUSY_READ = 4096
 # division by zero: what the "bucket_credit" claim's charge raises where the bucket no longer
 # holds what it claimed (``_claim_statement``)
 _OVERDRAWN = "22012"
@@ -506,6 +514,24 @@ class PostgresQueueDao(QueueDao):
             f.c.pkind == kind, f.c.group_key == group, f.c.lock_uuid.is_not(None),
             f.c.scheduled_at > sa.bindparam("b_now", type_=sa.BigInteger))).exists()
 
+    def _free_in_walk(self, kind: sa.ColumnElement[str],
+                      group: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+        """Whether ``group`` (NULL for an ungrouped message) has nothing in flight, as the walk
+        asks it of every message it reads: in the names of the busy groups, read once per
+        claim and hashed, up to ``_BUSY_READ`` of them; past that many, through ``_busy``'s
+        probe too. (The walk's answer only spares the claim groups it cannot take: the heads'
+        claim asks ``_busy`` again once it holds the groups' locks.)"""
+        # The probe of each message walked took a third of the walk's time on the server
+        # (four consumers, 300 busy groups: 3.9-4.3 ms a claim of 100, against 2.8-3.0)
+        f, most = self.table.alias("f"), sa.literal_column(str(_BUSY_READ))
+        busy = (sa.select(f.c.group_key.label("g")).where(
+                    f.c.pkind == kind, f.c.group_key.is_not(None), f.c.lock_uuid.is_not(None),
+                    f.c.scheduled_at > sa.bindparam("b_now", type_=sa.BigInteger))
+                .limit(most).cte("busy").prefix_with("MATERIALIZED"))
+        all_read = sa.select(sa.func.count()).select_from(busy).scalar_subquery() < most
+        return sa.or_(group.is_(None), sa.and_(group.not_in(sa.select(busy.c.g)),
+                                               sa.or_(all_read, ~self._busy(kind, group))))
+
     @functools.cached_property
     def _win_groups(self) -> dict[bool, sa.Select]:
         """The grouped claim's first statement, by whether it is gated: one row of the names
@@ -524,7 +550,7 @@ class PostgresQueueDao(QueueDao):
         for gated in (False, True):
             w = self.due_in_claim_order(
                 sa.select(t.c.group_key, t.c.priority, t.c.scheduled_at, t.c.id)
-                .where(~self._busy(kind, t.c.group_key)),
+                .where(self._free_in_walk(kind, t.c.group_key)),
                 walked, gate=[groups_only] if gated else []).subquery("walked")
             walk = (sa.select(w.c.group_key, sa.func.row_number().over(
                         order_by=(w.c.priority.desc(), w.c.scheduled_at, w.c.id)).label("pos"))
