@@ -299,8 +299,8 @@ QUEUE = _TableSpec("", "0001", (
     _Index("_kind_group_ix", ("pkind", "group_key", "priority DESC", "scheduled_at_initially",
                               "id"), since="0004"),
     # where partial indexes are kept, the in-flight messages of each group, by their lock's
-    # expiry: a group is busy while one is in flight, which its claims read here (one probe)
-    # instead of in a row of the groups table that every claim and ack wrote
+    # expiry: a group is busy while one is in flight, which its claims read here instead of
+    # in a row of the groups table that every claim and ack wrote
     _Index("_kind_group_flight_ix", ("pkind", "group_key", "scheduled_at"), since="0008",
            where="lock_uuid IS NOT NULL AND group_key IS NOT NULL"),
 ))

@@ -445,9 +445,10 @@ class PostgresQueueDao(QueueDao):
     # ---- groups: advisory locks and in-flight messages, no group rows -----------------------
     #
     # A group is busy while one of its messages is in flight (locked, the lock not expired).
-    # The claims read that from the messages themselves, one probe of the partial index of
-    # each group's in-flight messages (schema: ``_kind_group_flight_ix``), so nothing about a
-    # group is written anywhere: an ack, a release, a dead letter, an extension or an expired
+    # The claims read that from the messages themselves, in the partial index of each group's
+    # in-flight messages (schema: ``_kind_group_flight_ix``: the walk reads the busy groups
+    # there once, the heads' claim probes each group it locked), so nothing about a group is
+    # written anywhere: an ack, a release, a dead letter, an extension or an expired
     # lock changes the group's state by changing its message, and an ack of grouped messages
     # is the plain ack. (The groups table, which every claim and ack wrote a row of for each
     # group, cost a grouped drain about a quarter of its time.) Claims take turns on a group
