@@ -174,6 +174,36 @@ def test_a_claim_finds_free_groups_behind_more_busy_groups_than_it_walks(
     assert [e.key for e in queue.poll_many(limit)] == ["free0", "free1", "free2"][:limit]
 
 
+def test_a_claim_whose_groups_were_taken_while_it_walked_walks_again(make_queue, engine,
+                                                                    clock, monkeypatch):
+    # PostgreSQL's walk locks the groups it saw free in its snapshot; a claim of the same
+    # groups that committed while the walk ran has released their locks by then, and the
+    # heads' claim, whose snapshot is later, finds the groups busy. Here that other claim
+    # commits just after the walk, from another connection, as it would from another process
+    if engine.dialect.name != "postgresql":
+        pytest.skip("only PostgreSQL's grouped claim walks the messages before it locks")
+    queue = make_queue(acquire_timeout=30 * S)
+    queue.offer_many([Message(f"{g}{i}", 0, clock.now() - (10 - i) * S, group=g)
+                      for g in "abcd" for i in range(2)])
+    t, dao = queue.dao.table, queue.dao
+    walk, walked = dao.walk, []
+
+    def walk_then_taken(conn, stmt, params, own_transaction):
+        rows = walk(conn, stmt, params, own_transaction)
+        if not walked:
+            walked.append(rows[0][0])
+            with engine.begin() as other:
+                other.execute(sa.update(t).where(
+                    t.c.pkind == params["b_kind"], t.c.pkey.in_([f"{g}0" for g in rows[0][0]]))
+                    .values(lock_uuid="other", scheduled_at=params["b_now"] + 30_000))
+        return rows
+
+    monkeypatch.setattr(dao, "walk", walk_then_taken)
+    got = queue.poll_many(2)
+    assert walked == [["a", "b"]]
+    assert [e.key for e in got] == ["c0", "d0"]  # not nothing, with c and d free all along
+
+
 def test_a_group_met_for_the_first_time_keeps_its_place_in_claim_order(make_queue, clock):
     # a claim that meets a group without a row yet makes the row; the group's head must still
     # go before the later messages of groups that have one

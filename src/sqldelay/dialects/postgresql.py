@@ -490,10 +490,12 @@ class PostgresQueueDao(QueueDao):
 
     def _claim_won(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int, lock: str,
                    until_ms: int, actor: str | None, own_transaction: bool, *,
-                   gated: bool) -> list[ClaimedRow]:
+                   gated: bool, again: bool = True) -> list[ClaimedRow]:
         """The two statements of a grouped claim (``gated``: the first finds nothing where
         the queue's settings now hold more than groups: a pause, a limit). Both run as
-        ``walk`` runs a walk, under the claim's planner settings."""
+        ``walk`` runs a walk, under the claim's planner settings. Where the second finds
+        groups the first locked busy, and so takes fewer than ``limit``, both run once more
+        (``again``) for the rest."""
         walk = walk_length(limit)
         won, seen, loose_seen, isolation = self.walk(conn, self._win_groups[gated], {
             "b_kind": pkind, "b_now": now_ms, "limit": limit, "walk": walk,
@@ -510,9 +512,20 @@ class PostgresQueueDao(QueueDao):
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
                   "loose": loose, "group_names": self._listed(won)}
         stmt = self._heads_claim(actor is not None)
-        rows = (conn.execute(stmt, values).all() if own_transaction
-                else self.walk(conn, stmt, values, own_transaction=False))
-        return in_claim_order(ClaimedRow(*r) for r in rows)
+        rows = [ClaimedRow(*r) for r in (
+            conn.execute(stmt, values).all() if own_transaction
+            else self.walk(conn, stmt, values, own_transaction=False))]
+        # A claim that committed while the walk ran took messages of groups the walk saw
+        # free, and released their locks: the walk locked those groups, and the heads' claim,
+        # whose snapshot is later, found them busy. Two consumers that walk the same first
+        # groups at once meet so, and the later one took none of its groups: with four
+        # consumers, one claim in thirty came back empty or nearly so while work was due. A
+        # walk run again sees what that claim took, and passes over it.
+        busy_won = len(won) - sum(r.group is not None for r in rows)
+        if again and busy_won and len(rows) < limit:
+            rows += self._claim_won(conn, pkind, now_ms, limit - len(rows), lock, until_ms,
+                                    actor, own_transaction, gated=gated, again=False)
+        return in_claim_order(rows)
 
     def _busy(self, kind: sa.ColumnElement[str],
               group: sa.ColumnElement[str]) -> sa.Exists:
