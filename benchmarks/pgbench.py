@@ -14,10 +14,11 @@ pgbench has no array variables; everything else is our INSERT … SELECT FROM un
 Each pgbench transaction runs in autocommit, like ours: one commit per claim and per ack.
 
 The grouped drain (``grouped_drain``) sends what ours sends for a queue of groups alone: in one
-transaction, the claim's planner settings, the walk that locks the free groups (verbatim, its
-row named and its groups' names handed on with the count of ungrouped messages to read,
-``flow.loose_wanted``'s rule), the claim of their heads (wrapped as the plain claim is); then
-the batched ack in autocommit.
+transaction, the walk that locks the free groups and sets the claim's planner settings
+(verbatim, its row named and its groups' names handed on with the count of ungrouped messages
+to read, ``flow.loose_wanted``'s rule), the claim of their heads (wrapped as the plain claim
+is), and both once more where the heads' claim found locked groups busy; then the batched
+ack in autocommit.
 """
 
 from __future__ import annotations
@@ -96,15 +97,28 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
     else:
         ack = compile_sql(dao._ack_many, constants)
     # the grouped claim: the walk's row as names, the groups it locked as the heads' parameter
-    walk = (f"SELECT coalesce(w.won::text, '[]') AS group_names, CASE WHEN w.met THEN :limit "
-            f"WHEN w.seen = :walk THEN :limit - coalesce(json_array_length(w.won), 0) ELSE 0 "
-            f"END AS loose FROM ({compile_sql(dao._win_groups[True], constants)}) "
-            "AS w(won, seen, met, isolation)")
+    walk = _one_line(
+        f"SELECT coalesce(w.won::text, '[]') AS group_names, CASE WHEN w.met THEN :limit "
+        f"WHEN w.seen = :walk THEN :limit - coalesce(json_array_length(w.won), 0) ELSE 0 "
+        f"END AS loose, coalesce(json_array_length(w.won), 0) AS won "
+        f"FROM ({compile_sql(dao._win_groups[True, True], constants)}) "
+        "AS w(won, seen, met, isolation)")
+    heads = _one_line(_ids(compile_sql(dao._heads_claim(False), constants), counted=True))
+    # where the heads' claim found groups the walk locked busy and took fewer than the
+    # limit, both again for the rest (``_claim_won``), the walk's length as walk_length's
+    walked = walk_length(1) - walk_length(0), walk_length(0)
+
+    def again(sql: str) -> str:
+        return re.sub(r":(limit|walk)\b", r":rest_\1", sql)
+
     grouped = "\n".join([
-        "\\set lock random(1, 2000000000)", "BEGIN;",
-        _one_line(compile_sql(dao.walk_settings(), constants)) + ";",
-        _one_line(walk), "\\gset",
-        _one_line(_ids(compile_sql(dao._heads_claim(False), constants))), "\\gset",
+        "\\set lock random(1, 2000000000)", "BEGIN;", walk, "\\gset", heads, "\\gset",
+        "\\if :got < :limit and :grouped < :won",
+        "\\set rest_limit :limit - :got",
+        f"\\set rest_walk {walked[0]} * :rest_limit + {walked[1]}",
+        again(walk), "\\gset", again(heads), "\\gset rest_",
+        "SELECT array_cat(CAST(:ids AS bigint[]), CAST(:rest_ids AS bigint[])) AS ids", "\\gset",
+        "\\endif",
         "COMMIT;", _one_line(ack) + ";", ""])
     return {
         "offer": "\\set base random(1, 1000000000000)\n" + _one_line(offer) + ";\n",
@@ -114,10 +128,13 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
     }, constants
 
 
-def _ids(claim: str) -> str:
-    """A claim statement wrapped to hand the ids it claimed to the ack in one row."""
+def _ids(claim: str, counted: bool = False) -> str:
+    """A claim statement wrapped to hand the ids it claimed to the ack in one row (and, when
+    ``counted``, how many it claimed, and how many of them were grouped)."""
+    counts = ", count(*) AS got, count(c.group_key) AS grouped" if counted else ""
     return (f"WITH c AS ({claim}) "
-            "SELECT coalesce(array_agg(c.id), '{}') AS ids, coalesce(min(c.id), 0) AS id FROM c")
+            f"SELECT coalesce(array_agg(c.id), '{{}}') AS ids, coalesce(min(c.id), 0) AS id"
+            f"{counts} FROM c")
 
 
 def _payload_bytes() -> bytes:

@@ -174,8 +174,9 @@ def test_a_claim_finds_free_groups_behind_more_busy_groups_than_it_walks(
     assert [e.key for e in queue.poll_many(limit)] == ["free0", "free1", "free2"][:limit]
 
 
-def test_a_claim_whose_groups_were_taken_while_it_walked_walks_again(make_queue, engine,
-                                                                    clock, monkeypatch):
+@pytest.mark.parametrize("transaction", ["its own", "the caller's"])
+def test_a_claim_whose_groups_were_taken_while_it_walked_walks_again(
+        make_queue, engine, front, clock, monkeypatch, transaction):
     # PostgreSQL's walk locks the groups it saw free in its snapshot; a claim of the same
     # groups that committed while the walk ran has released their locks by then, and the
     # heads' claim, whose snapshot is later, finds the groups busy. Here that other claim
@@ -186,20 +187,25 @@ def test_a_claim_whose_groups_were_taken_while_it_walked_walks_again(make_queue,
     queue.offer_many([Message(f"{g}{i}", 0, clock.now() - (10 - i) * S, group=g)
                       for g in "abcd" for i in range(2)])
     t, dao = queue.dao.table, queue.dao
-    walk, walked = dao.walk, []
+    walk, walked = dao._walk, []
 
-    def walk_then_taken(conn, stmt, params, own_transaction):
-        rows = walk(conn, stmt, params, own_transaction)
+    def walk_then_taken(conn, gated, own_transaction, params):
+        row = walk(conn, gated, own_transaction, params)
         if not walked:
-            walked.append(rows[0][0])
+            walked.append(row[0])
             with engine.begin() as other:
                 other.execute(sa.update(t).where(
-                    t.c.pkind == params["b_kind"], t.c.pkey.in_([f"{g}0" for g in rows[0][0]]))
+                    t.c.pkind == params["b_kind"], t.c.pkey.in_([f"{g}0" for g in row[0]]))
                     .values(lock_uuid="other", scheduled_at=params["b_now"] + 30_000))
-        return rows
+        return row
 
-    monkeypatch.setattr(dao, "walk", walk_then_taken)
-    got = queue.poll_many(2)
+    monkeypatch.setattr(dao, "_walk", walk_then_taken)
+    if transaction == "its own":
+        got = queue.poll_many(2)
+    else:
+        with front.connect() as conn:
+            got = queue.poll_many(2, connection=conn)
+            conn.commit()
     assert walked == [["a", "b"]]
     assert [e.key for e in got] == ["c0", "d0"]  # not nothing, with c and d free all along
 

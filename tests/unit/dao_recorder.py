@@ -190,12 +190,12 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     absent = [[]] if postgres else [[], []]
     if postgres:
         # the walk locks group g1 (an advisory lock) and meets an ungrouped message; then
-        # the heads and the ungrouped messages are claimed and marked in one statement. Each
-        # runs with bitmap and sequential reads off, and work_mem at 4 MB (in the caller's
-        # transaction: set, then back)
-        settings = [("on", "on", "off", "off", "1MB")]
+        # the heads and the ungrouped messages are claimed and marked in one statement,
+        # with bitmap and sequential reads off (in the caller's transaction: set, then
+        # back; in the claim's own, set by the walk)
+        settings = [("on", "on", "off", "off")]
         won = [(["g1"], 2, True, "read committed")]  # groups locked, walked, ungrouped met
-        grouped_claim = [settings, won, [], settings, [claimed], []]
+        grouped_claim = [won, settings, [claimed], []]
     else:
         # the walk meets group g1, whose row is not made yet, and an ungrouped message; the
         # row is made and locked, the heads and the ungrouped messages read, then marked
@@ -207,7 +207,7 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         grouped = Control(False, True, None, None, None, None, None)
         record("grouped claim", lambda c: dao.claim_checked(
             c, kind, 100, 10, "L", 400, last=grouped, optimistic=True),
-            [[], won, [claimed]])  # planner settings for the transaction, the two statements
+            [[(*won[0], "off", "off", "off", "off")], [claimed]])  # settings set by the walk
     # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
     # statement where the dialect can; elsewhere the settings read, the plain claim, and the
     # bucket refilled and charged by one conditional UPDATE

@@ -48,16 +48,16 @@ _ARRAYS = ("payloads",)
 # the size from which verify reports a queue table without planner statistics (40,000 small
 # messages take 4.4 MB; below it a claim's read of every due message costs a few ms at most)
 _UNANALYZED_BYTES = 4 << 20
-# the planner settings of a grouped claim's transaction (``walk``); work_mem, PostgreSQL's
-# default, so that the walk's read of the busy groups is planned as fitting in memory on a
-# server set lower (``_BUSY_READ``)
+# the planner settings of a grouped claim's statements after its walk, which sets them
+# (``_heads_settings``)
 _WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off",
-                  "jit": "off", "work_mem": "4MB"}
+                  "jit": "off"}
 # how many busy groups the grouped claim's walk reads at most, hashed, to pass over their
 # messages (``_free_in_walk``). Written into the statement, where a bound limit alone would
 # leave the planner's estimate of the read to the table's statistics: a read it expects not
-# to fit in work_mem is not hashed but run again for every message walked. 4,096 names of
-# 200 characters fit in the 4 MB of ``_WALK_SETTINGS``
+# to fit in work_mem is not hashed but run again for every message walked. The walk hashes
+# 64-bit hashes of the names, not the names: 4,096 of them fit in the 64 kB of work_mem
+# (twice that for a hash, PostgreSQL 15's hash_mem_multiplier), whatever the names' length
 _BUSY_READ = 4096
 # division by zero: what the "bucket_credit" claim's charge raises where the bucket no longer
 # holds what it claimed (``_claim_statement``)
@@ -411,28 +411,19 @@ class PostgresQueueDao(QueueDao):
         # subplan, probed through its index once per row, whatever the statistics say.
         return stmt.offset(0)
 
-    def walk(self, conn: sa.Connection, stmt: sa.Executable, params: dict,
-             own_transaction: bool) -> Sequence:
-        """The rows of ``stmt``, a statement of the grouped claim, run under the claim's
-        planner settings: set until the end of the transaction where it is the claim's own
-        (``own_transaction``), and only around ``stmt`` in a caller's."""
-        # On a table without statistics (a new queue), or one that has grown, the planner
-        # takes the due messages for a handful and reads them all, through a bitmap or the
-        # due index, then sorts them, where the walk of the claim index reads a few hundred:
-        # 50-120 ms a grouped claim at 20,000 due, against 2-7 ms for the walk. So bitmap
-        # reads, sequential reads and sorts are off for the claim's transaction (in a
-        # caller's transaction, only for this statement), and JIT too: a plan that cannot do
-        # without a sort still has one, but its cost passes JIT's thresholds, and compiling
-        # took 1.5 s a claim. The price: the read of ungrouped messages walks the claim index
-        # too, past grouped messages where few are ungrouped.
-        if own_transaction:
-            conn.execute(self.walk_settings())
-            return conn.execute(stmt, params).all()
-        was = conn.execute(self._planner_settings(_WALK_SETTINGS, current=True)).first()
-        rows = conn.execute(stmt, params).all()
-        conn.execute(self._planner_settings(dict(zip(_WALK_SETTINGS, was[:len(_WALK_SETTINGS)],
-                                                     strict=True))))
-        return rows
+    # On a table without statistics (a new queue), or one that has grown, the planner took
+    # the due messages for a handful and read them all, through a bitmap or the due index,
+    # then sorted them, where the walk of the claim index reads a few hundred: 50-120 ms a
+    # grouped claim at 20,000 due, against 2-7 ms for the walk. So bitmap reads, sequential
+    # reads and sorts are off for the claim's statements after the walk, and JIT too: a plan
+    # that cannot do without a sort still has one, but its cost passes JIT's thresholds, and
+    # compiling took 1.5 s a claim. The price: the read of ungrouped messages walks the claim
+    # index too, past grouped messages where few are ungrouped. The walk itself is planned
+    # under the server's settings, and reads its two indexes in order with or without
+    # statistics (test_planner_statistics checks it). In the claim's own transaction the
+    # walk sets them until it ends (a statement of their own cost a grouped drain a tenth of
+    # its rate); in a caller's, they are set around the heads' claim alone, then set back
+    # (``_heads_settings``).
 
     def walk_settings(self) -> sa.Select:
         return self._set_walk_settings
@@ -443,13 +434,27 @@ class PostgresQueueDao(QueueDao):
         # time (py-spy)
         return self._planner_settings(_WALK_SETTINGS)
 
+    def _heads_settings(self, conn: sa.Connection, stmt: sa.Executable,
+                        params: dict) -> Sequence:
+        """The rows of ``stmt``, run in a caller's transaction under the grouped claim's
+        planner settings, which are then set back to what they were."""
+        was = conn.execute(self._planner_settings(_WALK_SETTINGS, current=True)).first()
+        rows = conn.execute(stmt, params).all()
+        conn.execute(self._planner_settings(dict(zip(_WALK_SETTINGS, was[:len(_WALK_SETTINGS)],
+                                                     strict=True))))
+        return rows
+
     @staticmethod
-    def _planner_settings(values: dict[str, str], *, current: bool = False) -> sa.Select:
+    def _setting(values: dict[str, str]) -> list[sa.ColumnElement]:
+        """The calls that set the planner settings ``values`` until the transaction ends."""
+        return [sa.func.set_config(name, value, True) for name, value in values.items()]
+
+    @classmethod
+    def _planner_settings(cls, values: dict[str, str], *, current: bool = False) -> sa.Select:
         """A SELECT that sets the planner settings ``values`` until the transaction ends
         (returning, when ``current``, what each was before)."""
         before = [sa.func.current_setting(name) for name in values] if current else []
-        return sa.select(*before, *(sa.func.set_config(name, value, True)
-                                    for name, value in values.items()))
+        return sa.select(*before, *cls._setting(values))
 
     # ---- groups: advisory locks and in-flight messages, no group rows -----------------------
     #
@@ -492,14 +497,13 @@ class PostgresQueueDao(QueueDao):
                    until_ms: int, actor: str | None, own_transaction: bool, *,
                    gated: bool, again: bool = True) -> list[ClaimedRow]:
         """The two statements of a grouped claim (``gated``: the first finds nothing where
-        the queue's settings now hold more than groups: a pause, a limit). Both run as
-        ``walk`` runs a walk, under the claim's planner settings. Where the second finds
-        groups the first locked busy, and so takes fewer than ``limit``, both run once more
-        (``again``) for the rest."""
+        the queue's settings now hold more than groups: a pause, a limit), the second under
+        the claim's planner settings. Where the second finds groups the first locked busy,
+        and so takes fewer than ``limit``, both run once more (``again``) for the rest."""
         walk = walk_length(limit)
-        won, seen, loose_seen, isolation = self.walk(conn, self._win_groups[gated], {
+        won, seen, loose_seen, isolation = self._walk(conn, gated, own_transaction, {
             "b_kind": pkind, "b_now": now_ms, "limit": limit, "walk": walk,
-            "space": f"{self.table.name}\x1f{pkind}\x1f"}, own_transaction)[0]
+            "space": f"{self.table.name}\x1f{pkind}\x1f"})
         if isolation != "read committed":
             raise InvalidArgumentError(
                 f"a grouped claim on PostgreSQL needs READ COMMITTED, and this transaction "
@@ -514,7 +518,7 @@ class PostgresQueueDao(QueueDao):
         stmt = self._heads_claim(actor is not None)
         rows = [ClaimedRow(*r) for r in (
             conn.execute(stmt, values).all() if own_transaction
-            else self.walk(conn, stmt, values, own_transaction=False))]
+            else self._heads_settings(conn, stmt, values))]
         # A claim that committed while the walk ran took messages of groups the walk saw
         # free, and released their locks: the walk locked those groups, and the heads' claim,
         # whose snapshot is later, found them busy. Two consumers that walk the same first
@@ -526,6 +530,12 @@ class PostgresQueueDao(QueueDao):
             rows += self._claim_won(conn, pkind, now_ms, limit - len(rows), lock, until_ms,
                                     actor, own_transaction, gated=gated, again=False)
         return in_claim_order(rows)
+
+    def _walk(self, conn: sa.Connection, gated: bool, own_transaction: bool,
+              params: dict) -> tuple:
+        """The grouped claim's first statement's row (``_win_groups``): the groups locked,
+        the messages walked, whether one was ungrouped, the isolation level."""
+        return conn.execute(self._win_groups[gated, own_transaction], params).first()[:4]
 
     def _busy(self, kind: sa.ColumnElement[str],
               group: sa.ColumnElement[str]) -> sa.Exists:
@@ -548,22 +558,28 @@ class PostgresQueueDao(QueueDao):
         # The probe of each message walked took a third of the walk's time on the server
         # (four consumers, 300 busy groups: 3.9-4.3 ms a claim of 100, against 2.8-3.0)
         f, most = self.table.alias("f"), sa.literal_column(str(_BUSY_READ))
-        names = (sa.select(f.c.group_key.label("g"))
+
+        def hashed(name: sa.ColumnElement[str]) -> sa.ColumnElement[int]:
+            # a collision passes a free group over in this claim, no worse
+            return sa.func.hashtextextended(name, 0)
+
+        names = (sa.select(hashed(f.c.group_key).label("g"))
                  .where(*_grouped_in_flight(f, kind, f.c.group_key.is_not(None)))
                  .limit(most).subquery("names"))
         busy = sa.select(names.c.g).limit(walked).cte("busy").prefix_with("MATERIALIZED")
         all_read = (sa.select(sa.func.count()).select_from(busy).scalar_subquery()
                     < sa.func.least(walked, most))
-        return sa.or_(group.is_(None), sa.and_(group.not_in(sa.select(busy.c.g)),
+        return sa.or_(group.is_(None), sa.and_(hashed(group).not_in(sa.select(busy.c.g)),
                                                sa.or_(all_read, ~self._busy(kind, group))))
 
     @functools.cached_property
-    def _win_groups(self) -> dict[bool, sa.Select]:
-        """The grouped claim's first statement, by whether it is gated: one row of the names
-        of the groups it locked (JSON), how many messages it walked, whether one of them was
-        ungrouped, and the transaction's isolation level. Parameters: b_kind, b_now, limit,
-        walk (how many messages to walk) and space (the advisory locks' prefix of names: the
-        queue table and the queue)."""
+    def _win_groups(self) -> dict[tuple[bool, bool], sa.Select]:
+        """The grouped claim's first statement, by whether it is gated and whether it runs
+        in the claim's own transaction (where it sets the planner settings too, returned
+        last): one row of the names of the groups it locked (JSON), how many messages it
+        walked, whether one of them was ungrouped, and the transaction's isolation level.
+        Parameters: b_kind, b_now, limit, walk (how many messages to walk) and space (the
+        advisory locks' prefix of names: the queue table and the queue)."""
         t, s = self.table, self.settings
         kind = sa.bindparam("b_kind")
         limit, walked = (sa.bindparam(name, type_=sa.Integer) for name in ("limit", "walk"))
@@ -590,11 +606,13 @@ class PostgresQueueDao(QueueDao):
             name = sa.bindparam("space", type_=sa.Text) + first.c.k
             won = (sa.select(first.c.k).where(sa.func.pg_try_advisory_xact_lock(
                        sa.func.hashtextextended(name, 0))).limit(limit).subquery("won"))
-            out[gated] = sa.select(
+            row = sa.select(
                 sa.select(sa.func.json_agg(won.c.k)).scalar_subquery(),
                 sa.select(sa.func.count()).select_from(walk).scalar_subquery(),
                 sa.select(walk.c.pos).where(walk.c.group_key.is_(None)).exists(),
                 sa.func.current_setting("transaction_isolation"))
+            out[gated, False] = row
+            out[gated, True] = row.add_columns(*self._setting(_WALK_SETTINGS))
         return out
 
     # A list of group names in one condition (group_key IN (…)) was planned, on a table
