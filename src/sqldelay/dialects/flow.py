@@ -554,9 +554,9 @@ class FlowControl:
     # ---- per-database hooks -----------------------------------------------------------------
 
     def walk_settings(self) -> sa.Executable | None:
-        """The planner settings the dialect's grouped claim runs its statements after the
-        walk under (the walk sets them), as a statement of their own for showing those
-        statements' plans, or None."""
+        """The planner settings under which the dialect's grouped claim runs its statements
+        after the walk (which sets them), as a statement of their own, to show those
+        statements' plans; or None."""
         return None
 
     def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:

@@ -523,8 +523,8 @@ class PostgresQueueDao(QueueDao):
         # free, and released their locks: the walk locked those groups, and the heads' claim,
         # whose snapshot is later, found them busy. Two consumers that walk the same first
         # groups at once meet so, and the later one took none of its groups: with four
-        # consumers, one claim in thirty came back empty or nearly so while work was due. A
-        # walk run again sees what that claim took, and passes over it.
+        # consumers, one claim in twenty-three came back short while groups were free, most
+        # of them empty. A walk run again sees what that claim took, and passes over it.
         busy_won = len(won) - sum(r.group is not None for r in rows)
         if again and busy_won and len(rows) < limit:
             rows += self._claim_won(conn, pkind, now_ms, limit - len(rows), lock, until_ms,
@@ -533,8 +533,9 @@ class PostgresQueueDao(QueueDao):
 
     def _walk(self, conn: sa.Connection, gated: bool, own_transaction: bool,
               params: dict) -> tuple:
-        """The grouped claim's first statement's row (``_win_groups``): the groups locked,
-        the messages walked, whether one was ungrouped, the isolation level."""
+        """The grouped claim's first statement's row (``_win_groups``) without the settings
+        it set: the groups locked, the messages walked, whether one was ungrouped, the
+        isolation level."""
         return conn.execute(self._win_groups[gated, own_transaction], params).first()[:4]
 
     def _busy(self, kind: sa.ColumnElement[str],
@@ -563,9 +564,13 @@ class PostgresQueueDao(QueueDao):
             # a collision passes a free group over in this claim, no worse
             return sa.func.hashtextextended(name, 0)
 
+        # in the group flight index's order: the walk is planned under the server's settings,
+        # and with statistics taken while most of a small table was in flight, the planner
+        # read a grown table whole to find the few in flight now; the order it cannot get
+        # from a sequential read without sorting it all keeps the read on the index
         names = (sa.select(hashed(f.c.group_key).label("g"))
                  .where(*_grouped_in_flight(f, kind, f.c.group_key.is_not(None)))
-                 .limit(most).subquery("names"))
+                 .order_by(f.c.group_key).limit(most).subquery("names"))
         busy = sa.select(names.c.g).limit(walked).cte("busy").prefix_with("MATERIALIZED")
         all_read = (sa.select(sa.func.count()).select_from(busy).scalar_subquery()
                     < sa.func.least(walked, most))
