@@ -426,12 +426,6 @@ class PostgresQueueDao(QueueDao):
     # (``_heads_settings``).
 
     def walk_settings(self) -> sa.Select:
-        return self._set_walk_settings
-
-    @functools.cached_property
-    def _set_walk_settings(self) -> sa.Select:
-        # built once: built for each claim, it took a twentieth of a grouped claim's client
-        # time (py-spy)
         return self._planner_settings(_WALK_SETTINGS)
 
     def _heads_settings(self, conn: sa.Connection, stmt: sa.Executable,
