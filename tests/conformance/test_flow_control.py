@@ -4,6 +4,7 @@ in test_flow_control_load.py."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -192,10 +193,10 @@ def test_a_claim_whose_groups_were_taken_while_it_walked_walks_again(
     def walk_then_taken(conn, gated, own_transaction, params):
         row = walk(conn, gated, own_transaction, params)
         if not walked:
-            walked.append(row[0])
+            walked.append(json.loads(row[0]))
             with engine.begin() as other:
                 other.execute(sa.update(t).where(
-                    t.c.pkind == params["b_kind"], t.c.pkey.in_([f"{g}0" for g in row[0]]))
+                    t.c.pkind == params["b_kind"], t.c.pkey.in_([f"{g}0" for g in walked[0]]))
                     .values(lock_uuid="other", scheduled_at=params["b_now"] + 30_000))
         return row
 

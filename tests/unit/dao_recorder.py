@@ -194,7 +194,8 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         # with bitmap and sequential reads off (in the caller's transaction: set, then
         # back; in the claim's own, set by the walk)
         settings = [("on", "on", "off", "off")]
-        won = [(["g1"], 2, True, "read committed")]  # groups locked, walked, ungrouped met
+        # groups locked (and how many), walked, ungrouped met
+        won = [('["g1"]', 1, 2, True, "read committed")]
         grouped_claim = [won, settings, [claimed], []]
     else:
         # the walk meets group g1, whose row is not made yet, and an ungrouped message; the

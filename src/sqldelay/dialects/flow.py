@@ -409,14 +409,15 @@ class FlowControl:
 
     def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
-                           skip_locked: bool = False) -> sa.Select:
-        """``base`` (a read of the queue table: its columns, and conditions on each message)
-        cut to the first ``limit`` due messages (of b_kind, at b_now) in claim order, locking
-        each it returns where ``skip_locked``, passing over rows others have locked; nothing
-        where a condition of ``gate`` (on the queue, not on its messages) fails. A dialect
-        whose claims read unlocked messages and expired locks through indexes of their own
-        (``partial_indexes``) reads each there."""
-        t = self.table
+                           skip_locked: bool = False,
+                           source: sa.FromClause | None = None) -> sa.Select:
+        """``base`` (a read of the queue table, or of ``source``, an alias of it: its
+        columns, and conditions on each message) cut to the first ``limit`` due messages (of
+        b_kind, at b_now) in claim order, locking each it returns where ``skip_locked``,
+        passing over rows others have locked; nothing where a condition of ``gate`` (on the
+        queue, not on its messages) fails. A dialect whose claims read unlocked messages and
+        expired locks through indexes of their own (``partial_indexes``) reads each there."""
+        t = self.table if source is None else source
         stmt = (base.where(t.c.pkind == sa.bindparam("b_kind"),
                            t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger),
                            *gate)

@@ -64,6 +64,16 @@ _BUSY_READ = 4096
 _OVERDRAWN = "22012"
 
 
+# a zero written into the statements (a bound one is a parameter on every call)
+_ZERO = sa.literal_column("0")
+
+
+def _constant(text: str) -> sa.ColumnElement[str]:
+    """``text``, one of this module's own constants (no quotes in it), written into a
+    statement as a literal."""
+    return sa.literal_column(f"'{text}'", sa.Text)
+
+
 def _grouped_in_flight(f: sa.Alias, kind: sa.ColumnElement[str],
                        group: sa.ColumnElement[bool]) -> tuple[sa.ColumnElement[bool], ...]:
     """The conditions on ``f`` (an alias of a queue table) of queue ``kind``'s messages in
@@ -132,7 +142,8 @@ class PostgresQueueDao(QueueDao):
 
     def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
-                           skip_locked: bool = False) -> sa.Select:
+                           skip_locked: bool = False,
+                           source: sa.FromClause | None = None) -> sa.Select:
         # Two reads, each through its partial index (``schema``: ``_kind_ready_ix``,
         # ``_kind_flight_ix``): the unlocked due messages in claim order, and the locked ones
         # whose lock has expired (few, if any: sorted). Each takes ``limit`` at most and locks
@@ -141,13 +152,13 @@ class PostgresQueueDao(QueueDao):
         # messages, an entry for every message claimed since the last vacuum, at its lock's
         # expiry: claims of a lower priority passed them all.) The gate is tested once, before
         # either read: in each, it was planned twice.
-        t = self.table
+        t = self.table if source is None else source
         order = (t.c.priority.label("o_priority"), t.c.scheduled_at.label("o_due"),
                  t.c.id.label("o_id"))
         parts = []
         for locked in (t.c.lock_uuid.is_(None), t.c.lock_uuid.is_not(None)):
             part = super().due_in_claim_order(base.add_columns(*order).where(locked), limit,
-                                              skip_locked=skip_locked)
+                                              skip_locked=skip_locked, source=t)
             parts.append(sa.select(part.subquery()))
         both = sa.union_all(*parts).subquery()
         return (sa.select(*list(both.c)[:len(base.selected_columns)]).where(*gate)
@@ -231,11 +242,13 @@ class PostgresQueueDao(QueueDao):
             self._claims[where, by] = claim
         return self._claims[where, by]
 
-    def _mark_picked(self, picked: sa.CTE, by: bool, *where: sa.ColumnElement[bool]) -> sa.Update:
-        """The UPDATE that marks the messages ``picked`` (a CTE of their id, due time, lock,
-        holder) claimed by ``lock`` until ``until`` (and held by ``actor`` when ``by``), and
-        returns them as ClaimedRow's fields, with the lock and holder each had before."""
-        t = self.table
+    def _mark_picked(self, picked: sa.CTE, by: bool, *where: sa.ColumnElement[bool],
+                     target: sa.FromClause | None = None) -> sa.Update:
+        """The UPDATE of the queue table (or of ``target``, an alias of it) that marks the
+        messages ``picked`` (a CTE of their id, due time, lock, holder) claimed by ``lock``
+        until ``until`` (and held by ``actor`` when ``by``), and returns them as
+        ClaimedRow's fields, with the lock and holder each had before."""
+        t = self.table if target is None else target
         mark = {"lock_uuid": sa.bindparam("lock"), "scheduled_at": sa.bindparam("until"),
                 "deliveries": t.c.deliveries + 1}
         if by:
@@ -409,7 +422,7 @@ class PostgresQueueDao(QueueDao):
         # (a new queue, a small busy groups table) it scanned every group of the queue for
         # each message read: 50 ms for a claim's 416 rows. OFFSET 0 keeps the subquery a
         # subplan, probed through its index once per row, whatever the statistics say.
-        return stmt.offset(0)
+        return stmt.offset(_ZERO)
 
     # On a table without statistics (a new queue), or one that has grown, the planner took
     # the due messages for a handful and read them all, through a bitmap or the due index,
@@ -439,8 +452,12 @@ class PostgresQueueDao(QueueDao):
         return rows
 
     @staticmethod
-    def _setting(values: dict[str, str]) -> list[sa.ColumnElement]:
-        """The calls that set the planner settings ``values`` until the transaction ends."""
+    def _setting(values: dict[str, str], *, constant: bool = False) -> list[sa.ColumnElement]:
+        """The calls that set the planner settings ``values`` until the transaction ends
+        (written into the statement where ``constant``: fewer parameters to send)."""
+        if constant:
+            return [sa.func.set_config(_constant(name), _constant(value), sa.true())
+                    for name, value in values.items()]
         return [sa.func.set_config(name, value, True) for name, value in values.items()]
 
     @classmethod
@@ -495,7 +512,7 @@ class PostgresQueueDao(QueueDao):
         the claim's planner settings. Where the second finds groups the first locked busy,
         and so takes fewer than ``limit``, both run once more (``again``) for the rest."""
         walk = walk_length(limit)
-        won, seen, loose_seen, isolation = self._walk(conn, gated, own_transaction, {
+        names, won, seen, loose_seen, isolation = self._walk(conn, gated, own_transaction, {
             "b_kind": pkind, "b_now": now_ms, "limit": limit, "walk": walk,
             "space": f"{self.table.name}\x1f{pkind}\x1f"})
         if isolation != "read committed":
@@ -503,12 +520,11 @@ class PostgresQueueDao(QueueDao):
                 f"a grouped claim on PostgreSQL needs READ COMMITTED, and this transaction "
                 f"runs at {isolation.upper()}: each of its statements must see what other "
                 "claims committed before it began")
-        won = won or []
-        loose = loose_wanted(limit, len(won), seen, walk, loose_seen)
+        loose = loose_wanted(limit, won, seen, walk, loose_seen)
         if not won and not loose:
             return []
         values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
-                  "loose": loose, "group_names": self._listed(won)}
+                  "loose": loose, "group_names": names or "[]"}
         stmt = self._heads_claim(actor is not None)
         rows = [ClaimedRow(*r) for r in (
             conn.execute(stmt, values).all() if own_transaction
@@ -519,7 +535,7 @@ class PostgresQueueDao(QueueDao):
         # groups at once meet so, and the later one took none of its groups: with four
         # consumers, one claim in twenty-three came back short while groups were free, most
         # of them empty. A walk run again sees what that claim took, and passes over it.
-        busy_won = len(won) - sum(r.group is not None for r in rows)
+        busy_won = won - sum(r.group is not None for r in rows)
         if again and busy_won and len(rows) < limit:
             rows += self._claim_won(conn, pkind, now_ms, limit - len(rows), lock, until_ms,
                                     actor, own_transaction, gated=gated, again=False)
@@ -528,9 +544,9 @@ class PostgresQueueDao(QueueDao):
     def _walk(self, conn: sa.Connection, gated: bool, own_transaction: bool,
               params: dict) -> tuple:
         """The grouped claim's first statement's row (``_win_groups``) without the settings
-        it set: the groups locked, the messages walked, whether one was ungrouped, the
-        isolation level."""
-        return conn.execute(self._win_groups[gated, own_transaction], params).first()[:4]
+        it set: the names of the groups locked (``group_names``' text, None for none), how
+        many, the messages walked, whether one was ungrouped, the isolation level."""
+        return conn.execute(self._win_groups[gated, own_transaction], params).first()[:5]
 
     def _busy(self, kind: sa.ColumnElement[str],
               group: sa.ColumnElement[str]) -> sa.Exists:
@@ -556,7 +572,7 @@ class PostgresQueueDao(QueueDao):
 
         def hashed(name: sa.ColumnElement[str]) -> sa.ColumnElement[int]:
             # a collision passes a free group over in this claim, no worse
-            return sa.func.hashtextextended(name, 0)
+            return sa.func.hashtextextended(name, _ZERO)
 
         # in the group flight index's order: the walk is planned under the server's settings,
         # and with statistics taken while most of a small table was in flight, the planner
@@ -575,23 +591,23 @@ class PostgresQueueDao(QueueDao):
     def _win_groups(self) -> dict[tuple[bool, bool], sa.Select]:
         """The grouped claim's first statement, by whether it is gated and whether it runs
         in the claim's own transaction (where it sets the planner settings too, returned
-        last): one row of the names of the groups it locked (JSON), how many messages it
-        walked, whether one of them was ungrouped, and the transaction's isolation level.
+        last): one row of the names of the groups it locked (JSON text, passed on as it is
+        to the heads' claim's ``group_names``), how many, how many messages it walked,
+        whether one of them was ungrouped, and the transaction's isolation level.
         Parameters: b_kind, b_now, limit, walk (how many messages to walk) and space (the
         advisory locks' prefix of names: the queue table and the queue)."""
-        t, s = self.table, self.settings
+        t, s = self.table.alias("q"), self.settings.alias("s")
         kind = sa.bindparam("b_kind")
         limit, walked = (sa.bindparam(name, type_=sa.Integer) for name in ("limit", "walk"))
-        zero = sa.literal_column("0")
         groups_only = sa.exists().where(
-            s.c.pkind == kind, s.c.has_groups != zero, s.c.paused == zero,
+            s.c.pkind == kind, s.c.has_groups != _ZERO, s.c.paused == _ZERO,
             s.c.rate_limit.is_(None), s.c.max_in_flight.is_(None))
         out = {}
         for gated in (False, True):
             w = self.due_in_claim_order(
                 sa.select(t.c.group_key, t.c.priority, t.c.scheduled_at, t.c.id)
                 .where(self._free_in_walk(kind, t.c.group_key, walked)),
-                walked, gate=[groups_only] if gated else []).subquery("walked")
+                walked, gate=[groups_only] if gated else [], source=t).subquery("walked")
             walk = (sa.select(w.c.group_key, sa.func.row_number().over(
                         order_by=(w.c.priority.desc(), w.c.scheduled_at, w.c.id)).label("pos"))
                     .cte("walk").prefix_with("MATERIALIZED"))
@@ -601,17 +617,20 @@ class PostgresQueueDao(QueueDao):
             # claim locks no group it does not take, and leaves the rest to others
             first = (sa.select(walk.c.group_key.label("k"))
                      .where(walk.c.group_key.is_not(None)).group_by(walk.c.group_key)
-                     .order_by(sa.func.min(walk.c.pos)).offset(0).subquery("first"))
+                     .order_by(sa.func.min(walk.c.pos)).offset(_ZERO).subquery("first"))
             name = sa.bindparam("space", type_=sa.Text) + first.c.k
+            # materialized, so that the groups are locked once for the two reads below
             won = (sa.select(first.c.k).where(sa.func.pg_try_advisory_xact_lock(
-                       sa.func.hashtextextended(name, 0))).limit(limit).subquery("won"))
+                       sa.func.hashtextextended(name, _ZERO))).limit(limit)
+                   .cte("won").prefix_with("MATERIALIZED"))
             row = sa.select(
-                sa.select(sa.func.json_agg(won.c.k)).scalar_subquery(),
+                sa.select(sa.cast(sa.func.json_agg(won.c.k), sa.Text)).scalar_subquery(),
+                sa.select(sa.func.count()).select_from(won).scalar_subquery(),
                 sa.select(sa.func.count()).select_from(walk).scalar_subquery(),
                 sa.select(walk.c.pos).where(walk.c.group_key.is_(None)).exists(),
-                sa.func.current_setting("transaction_isolation"))
+                sa.func.current_setting(_constant("transaction_isolation")))
             out[gated, False] = row
-            out[gated, True] = row.add_columns(*self._setting(_WALK_SETTINGS))
+            out[gated, True] = row.add_columns(*self._setting(_WALK_SETTINGS, constant=True))
         return out
 
     # A list of group names in one condition (group_key IN (…)) was planned, on a table
@@ -645,24 +664,27 @@ class PostgresQueueDao(QueueDao):
         ``loose`` ungrouped messages, locked; the first ``limit`` of them in claim order
         marked claimed and returned as ``_mark_picked`` returns them."""
         if by not in self._heads_claims:
-            t, n = self.table, self._names()
+            # read through an alias, as the walk is: a statement's text is converted on every
+            # call by psycopg past 4,096 bytes, and the table's name is most of it otherwise
+            t, n = self.table.alias("q"), self._names()
             kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
             columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
             head = (sa.select(*columns)
                     .where(t.c.pkind == kind, t.c.group_key == n.c.k, t.c.scheduled_at <= now)
-                    .order_by(*group_order(t)).limit(1).with_for_update().lateral("head"))
+                    .order_by(*group_order(t)).limit(sa.literal_column("1"))
+                    .with_for_update().lateral("head"))
             heads = (sa.select(*head.c).select_from(n).join(head, sa.true())
                      .where(~self._busy(kind, n.c.k)).cte("heads"))
             # read in claim order only where the queue has one (a probe of the group index,
             # where ungrouped messages sit together): with sorts off the read walks the claim
             # index, which in a queue of groups alone would pass every due message to find none
-            u = t.alias("u")
+            u = self.table.alias("u")
             any_loose = sa.select(u.c.id).where(u.c.pkind == kind,
                                                 u.c.group_key.is_(None)).exists()
             loose = (self.due_in_claim_order(
                          sa.select(*columns).where(t.c.group_key.is_(None)),
                          sa.bindparam("loose", type_=sa.Integer), gate=[any_loose],
-                         skip_locked=True)
+                         skip_locked=True, source=t)
                      .cte("loose").prefix_with("MATERIALIZED"))
             both = sa.union_all(sa.select(*heads.c), sa.select(*loose.c)).subquery("both")
             picked = (sa.select(*both.c)
@@ -673,7 +695,9 @@ class PostgresQueueDao(QueueDao):
             # reads) each picked row probes the primary key. An array of the ids as a second
             # condition made the generic plan, which a prepared claim runs after its fifth
             # call, probe the whole array again for each picked row
-            self._heads_claims[by] = self._mark_picked(picked, by, t.c.id == picked.c.id)
+            m = self.table.alias("m")
+            self._heads_claims[by] = self._mark_picked(picked, by, m.c.id == picked.c.id,
+                                                       target=m)
         return self._heads_claims[by]
 
     # a group's state is its messages': acking, releasing, dead-lettering or extending a
