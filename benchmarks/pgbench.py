@@ -98,11 +98,10 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
         ack = compile_sql(dao._ack_many, constants)
     # the grouped claim: the walk's row as names, the groups it locked as the heads' parameter
     walk = _one_line(
-        f"SELECT coalesce(w.won::text, '[]') AS group_names, CASE WHEN w.met THEN :limit "
-        f"WHEN w.seen = :walk THEN :limit - coalesce(json_array_length(w.won), 0) ELSE 0 "
-        f"END AS loose, coalesce(json_array_length(w.won), 0) AS won "
+        f"SELECT coalesce(w.names, '[]') AS group_names, CASE WHEN w.met THEN :limit "
+        f"WHEN w.seen = :walk THEN :limit - w.won ELSE 0 END AS loose, w.won AS won "
         f"FROM ({compile_sql(dao._win_groups[True, True], constants)}) "
-        "AS w(won, seen, met, isolation)")
+        "AS w(names, won, seen, met, isolation)")
     heads = _one_line(_ids(compile_sql(dao._heads_claim(False), constants), counted=True))
     # where the heads' claim found groups the walk locked busy and took fewer than the
     # limit, both again for the rest (``_claim_won``), the walk's length as walk_length's
