@@ -664,8 +664,9 @@ class PostgresQueueDao(QueueDao):
         ``loose`` ungrouped messages, locked; the first ``limit`` of them in claim order
         marked claimed and returned as ``_mark_picked`` returns them."""
         if by not in self._heads_claims:
-            # read through an alias, as the walk is: a statement's text is converted on every
-            # call by psycopg past 4,096 bytes, and the table's name is most of it otherwise
+            # read through aliases, with its constants written in, as the walk: psycopg
+            # converts a statement's text again on every call past 4,096 bytes, and the
+            # table's name, before every column, was most of it (test_sql_postgresql)
             t, n = self.table.alias("q"), self._names()
             kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
             columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
