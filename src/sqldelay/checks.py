@@ -5,15 +5,26 @@ be storable and comparable alike on every supported database, so what one of the
 store is refused for all: a NUL character (PostgreSQL text cannot hold it; the others would
 store it, so a key would work on one database and fail on another) and lone UTF-16 surrogates
 (not Unicode scalar values: no driver can encode them as UTF-8 or UTF-16).
+
+A time is stored as epoch milliseconds and read back as a UTC datetime, so it must lie within
+what a datetime holds once in UTC, years 1 to 9999: ``0001-01-01T00:00+14:00`` is a valid
+aware datetime, yet in UTC it falls in the year 0, and a message due then could be written
+but never read back.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .clock import to_ms
 from .errors import InvalidArgumentError
 from .schema import KEY_LENGTH
+
+# the first and last millisecond a datetime holds in UTC, as epoch milliseconds
+MIN_TIME_MS = to_ms(datetime.min.replace(tzinfo=UTC))
+MAX_TIME_MS = to_ms(datetime.max.replace(tzinfo=UTC))
 
 # NUL, or a surrogate code point that Python lets a str hold but no encoding accepts
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -55,6 +66,31 @@ def check_key(key: Any) -> None:
 def check_positive_int(value: Any, name: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+
+
+def time_ms(when: Any, name: str = "at") -> int:
+    """``when``, an aware datetime, in epoch milliseconds; refused unless it lies within
+    years 1 to 9999 once in UTC (see the module's docstring)."""
+    ms = to_ms(when, name)
+    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
+        side = "before the year 1" if ms < MIN_TIME_MS else "after the year 9999"
+        raise InvalidArgumentError(
+            f"{name} {when.isoformat()} is {side} in UTC; a time must lie within the years "
+            "1 to 9999 in UTC")
+    return ms
+
+
+def time_after(start: datetime, delay: timedelta, name: str = "delay") -> datetime:
+    """``start + delay``, refused as bad input (not an ``OverflowError``) when it ends
+    after the year 9999 in UTC."""
+    try:
+        end = start + delay
+    except OverflowError:
+        end = None
+    if end is None or to_ms(end, name) > MAX_TIME_MS:
+        raise InvalidArgumentError(
+            f"{name} {delay} from {start.isoformat()} ends after the year 9999")
+    return end
 
 
 def storable_text(text: str) -> str:

@@ -129,7 +129,8 @@ def _first_line(exc: BaseException) -> str:
 
 # ---- input ---------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+# [0-9], not \d: \d matches every script's digits, which float() reads as well
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -139,7 +140,10 @@ def duration(text: str) -> timedelta:
     if not match:
         raise argparse.ArgumentTypeError(
             f"not a duration: {text!r} (give a number with s, m, h or d, e.g. 90s, 10m, 1h)")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    except OverflowError:  # over a timedelta's 999,999,999 days
+        raise argparse.ArgumentTypeError(f"the duration {text!r} is too long") from None
 
 
 def confirm(question: str, yes: bool) -> None:

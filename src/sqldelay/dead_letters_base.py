@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .checks import check_key, check_positive_int
+from .checks import check_key, check_positive_int, time_ms
 from .clock import Clock, SystemClock, from_ms, to_ms
 from .dialects import OfferRow, dao_class_for
 from .dialects.base import chunked
@@ -133,7 +133,7 @@ class DeadLettersBase:
         check_actor(by)
         actor = by or current_actor()
         now = to_ms(self.clock.now(), "clock.now()")
-        due = now if at is None else to_ms(at, "at")
+        due = now if at is None else time_ms(at, "at")
         t = self.table
 
         def op(conn: sa.Connection) -> int:

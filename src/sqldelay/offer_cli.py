@@ -8,7 +8,9 @@ import argparse
 import json
 from datetime import UTC, datetime
 
+from .checks import time_after, time_ms
 from .cli_support import CliError, database, duration
+from .errors import InvalidArgumentError
 from .queue import DelayedQueue
 
 
@@ -40,6 +42,10 @@ def _time(text: str) -> datetime:
     if when.tzinfo is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} has no UTC offset: add Z or +HH:MM, so the time is not a guess")
+    try:
+        time_ms(when, "--at")
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return when
 
 
@@ -48,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         raise CliError(f"--payload is not JSON: {exc}") from None
-    at = args.at if args.delay is None else datetime.now(UTC) + args.delay
+    at = args.at if args.delay is None else time_after(datetime.now(UTC), args.delay,
+                                                       "--delay")
     with database(args) as engine:
         queue = DelayedQueue(engine, args.queue, table_name=args.table)
         outcome = queue.offer(args.key, payload, at, update=not args.no_update,

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import wakeups
-from .checks import check_key, check_positive_int, check_text, check_texts
+from .checks import check_key, check_positive_int, check_text, check_texts, time_ms
 from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, ErrorKind, PayloadBudget, chunked
@@ -703,7 +703,7 @@ class _Checked:
             elif when is last_when:
                 at = last_at
             else:
-                at = last_at = to_ms(when, "at")
+                at = last_at = time_ms(when, "at")
                 last_when = when
             payload = encode_payload(self.serializer, message.payload)
             self.at.append(at)

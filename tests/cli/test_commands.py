@@ -246,6 +246,19 @@ def test_the_demo_refuses_a_queue_holding_other_messages(backend_url, engine, ta
     assert queue.get("real").payload == {"to": "customer"}
 
 
+def test_offer_refuses_a_due_time_a_datetime_cannot_hold_and_writes_nothing(tmp_path):
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    ok("migrate", "--url", url, run=here)
+    offer = ["offer", "q", "k", "--payload", "1", "--url", url]
+    for when, problem in ((["--at", "0001-01-01T00:00:00+14:00"], "before the year 1 in UTC"),
+                          (["--at", "9999-12-31T23:00:00-05:00"], "after the year 9999 in UTC"),
+                          (["--delay", "3000000d"], "ends after the year 9999"),
+                          (["--delay", "9999999999d"], "is too long"),
+                          (["--delay", "\u0661\u0662s"], "not a duration")):
+        assert problem in fails(*offer, *when, run=here), when
+    assert DelayedQueue(sa.create_engine(url), "q").get("k") is None
+
+
 def test_first_use_errors_are_one_line_and_name_the_problem(tmp_path):
     assert "no database given" in fails("queues", cwd=tmp_path)
     assert "SQLDELAY_URL" in fails("peek", "q", cwd=tmp_path)

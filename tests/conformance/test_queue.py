@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tracemalloc
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
@@ -437,6 +437,38 @@ def test_aware_non_utc_times_are_accepted(queue, clock):
     at = clock.now().astimezone(ZoneInfo("Asia/Tokyo"))
     queue.offer("tz", 1, at)
     assert queue.get("tz").scheduled_at == at and queue.get("tz").scheduled_at.tzinfo == UTC
+
+
+OUTSIDE_UTC_YEARS = [  # aware datetimes that fall outside years 1 to 9999 once in UTC
+    (datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))), "before the year 1"),
+    (datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5))), "after the year 9999"),
+]
+
+
+@pytest.mark.parametrize(("at", "problem"), OUTSIDE_UTC_YEARS, ids=["year 0", "year 10000"])
+def test_a_due_time_outside_the_utc_years_is_refused_before_anything_is_written(
+        queue, front, at, problem):
+    # stored, such a time could never be read back as a datetime: every read of the message
+    # and every claim of its batch would fail
+    with pytest.raises(InvalidArgumentError, match=f"at {re.escape(at.isoformat())} is "
+                                                   f"{problem} in UTC"):
+        queue.offer("k", 1, at)
+    with pytest.raises(InvalidArgumentError, match=problem):
+        queue.offer_many([Message("a", 1), Message("k", 1, at)])
+    assert queue.get("k") is None and queue.get("a") is None
+    queue.offer("d", 1)
+    letters = front.dead_letters(queue)
+    assert letters.bury(queue.poll(), "failed") is True
+    [letter] = letters.list(queue.name)
+    with pytest.raises(InvalidArgumentError, match=problem):
+        letters.requeue([letter.id], at=at)
+    assert [d.id for d in letters.list(queue.name)] == [letter.id] and queue.get("d") is None
+    # the edges themselves are times a datetime holds
+    first = datetime(1, 1, 1, tzinfo=UTC)
+    last = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
+    assert queue.offer_many([Message("first", 1, first), Message("last", 1, last)]) == [C, C]
+    assert (queue.get("first").scheduled_at, queue.get("last").scheduled_at) == (first, last)
+    assert [e.key for e in queue.poll_many(10)] == ["first"]
 
 
 def test_missing_table_says_how_to_create_it(front, clock):
