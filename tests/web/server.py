@@ -20,9 +20,12 @@ READ_ONLY_TOKEN = "reader-token-0123456789"
 class Server:
     """``create_app`` served on 127.0.0.1 at a free port; ``url`` is its root."""
 
-    def __init__(self, backend_url: str, table_name: str, **app_kwargs) -> None:
+    def __init__(self, backend_url: str, table_name: str, *, engine_kwargs: dict | None = None,
+                 **app_kwargs) -> None:
+        """``engine_kwargs``: for ``create_async_engine`` (default: a pool of 10 + 10)."""
         self._backend_url = backend_url
         self._table = table_name
+        self._engine_kwargs = engine_kwargs
         self._kwargs = {"token": TOKEN, "read_only_token": READ_ONLY_TOKEN, **app_kwargs}
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind(("127.0.0.1", 0))
@@ -40,7 +43,10 @@ class Server:
     async def _serve(self) -> None:
         pool = {} if self._backend_url.startswith("sqlite") else {"pool_size": 10,
                                                                    "max_overflow": 10}
+        if self._engine_kwargs is not None:
+            pool = self._engine_kwargs
         engine = create_async_engine(async_url(self._backend_url), **pool)
+        self.loop = asyncio.get_running_loop()
         app = create_app(engine, table_name=self._table, **self._kwargs)
         self.app = app
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
@@ -59,6 +65,10 @@ class Server:
             assert time.monotonic() < deadline, "uvicorn did not start"
             time.sleep(0.01)
         return self
+
+    def call(self, coroutine):
+        """Run ``coroutine`` on the server's event loop; its result (or error)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
 
     def stop(self) -> None:
         if self._server is not None:

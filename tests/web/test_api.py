@@ -4,13 +4,18 @@ DelayedQueue on the same table) is what a user would see there."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from sqldelay import DeadLetters, DelayedQueue
 
 from ..conftest import unique_name
+from .server import TOKEN, Server
+
+httpx = pytest.importorskip("httpx2")
 
 
 @pytest.fixture
@@ -152,6 +157,25 @@ BAD_OFFERS = [
     ("long key", "k" * 201, '{"payload": 1}', 400, "invalid_key", "key"),
     ("NUL in key", "a%00b", '{"payload": 1}', 400, "invalid_key", "key"),
     ("lone surrogate", "k", '{"payload": "\\ud800"}', 400, "invalid_payload", "payload"),
+    # due times a datetime cannot hold once in UTC: stored, every read of them failed (500)
+    ("before year 1 in UTC", "p", '{"payload": 1, "at": "0001-01-01T00:00:00+14:00"}', 400,
+     "invalid_timestamp", "at"),
+    ("after year 9999 in UTC", "p", '{"payload": 1, "at": "9999-12-31T23:00:00-05:00"}',
+     400, "invalid_timestamp", "at"),
+    ("delay past year 9999", "k", '{"payload": 1, "delay": "P3000000D"}', 400,
+     "invalid_delay", "delay"),
+    ("4,000-digit delay", "k", '{"payload": 1, "delay": 1' + "0" * 3999 + "}", 400,
+     "invalid_delay", "delay"),
+    ("5,000-digit delay", "k", '{"payload": 1, "delay": 1' + "0" * 4999 + "}", 400,
+     "malformed_json", "body"),
+    ("Arabic-Indic digits", "k", '{"payload": 1, "delay": "PT\u0661\u0662S"}', 400,
+     "invalid_delay", "delay"),
+    ("nested 1,000 deep", "k", '{"payload": ' + "[" * 1000 + "]" * 1000 + "}", 400,
+     "too_deep", "body"),
+    ("nested 100,000 deep", "k", '{"payload": ' + "[" * 100_000 + "]" * 100_000 + "}", 400,
+     "too_deep", "body"),
+    ("nested 257 deep", "k", '{"payload": ' + "[" * 256 + "]" * 256 + "}", 400, "too_deep",
+     "body"),
 ]
 
 
@@ -167,6 +191,74 @@ def test_bad_offers_are_refused_naming_the_field_and_write_nothing(http, q, what
         assert error["message"]
     stats = q.stats()
     assert stats.due + stats.scheduled + stats.in_flight == 0
+
+
+def test_a_body_nested_to_the_limit_is_stored_and_read_back(http, q):
+    deepest = [[]]  # 256 levels with the message's object
+    for _ in range(253):
+        deepest = [deepest]
+    assert http.put(url(q, "deep"), json={"payload": deepest}).status_code == 201
+    r = http.get(url(q, "deep"))
+    assert (r.status_code, r.json()["payload"]) == (200, deepest)
+    assert q.get("deep").payload == deepest
+    batch = {"messages": [{"key": "deeper", "payload": [deepest]}]}
+    r = http.post(url(q), json=batch)
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "too_deep")
+
+
+def test_keys_that_differ_only_in_bytes_that_are_not_utf8_are_refused_not_merged(http, q):
+    # the server decodes a bad byte as U+FFFD: a%ffb and a%feb would both be "a\ufffdb"
+    for method in ("PUT", "POST", "GET", "DELETE"):
+        for key in ("a%ffb", "a%feb", "%c3"):
+            r = http.request(method, url(q, key), json={"payload": 1})
+            assert r.status_code == 400, (method, key, r.text)
+            assert (r.json()["error"]["code"], r.json()["error"]["field"]) == (
+                "invalid_encoding", "path")
+    assert q.get("a\ufffdb") is None
+    r = http.get(url(q) + "?prefix=a%ffb")
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "query")
+    # UTF-8, percent-encoded, is a key like any other
+    assert http.put(url(q, "a%C3%A9b"), json={"payload": 1}).status_code == 201
+    assert q.get("a\u00e9b").payload == 1
+    assert http.get(url(q) + "?prefix=a%C3%A9").json()["messages"][0]["key"] == "a\u00e9b"
+
+
+def test_query_numbers_are_ascii_digits(http, q):
+    for path in (url(q), f"/v1/queues/{q.name}/dead-letters"):
+        r = http.get(path, params={"limit": "\u0661\u0662"})  # 12 in Arabic-Indic digits
+        assert (r.status_code, r.json()["error"]["code"], r.json()["error"]["field"]) == (
+            400, "invalid_parameter", "limit"), path
+        assert http.get(path, params={"limit": "12"}).status_code == 200
+
+
+def test_a_request_that_finds_no_free_connection_in_time_is_a_503(backend_url, table_name):
+    """With every connection of the service's pool taken (by requests waiting on a locked
+    table, here by the test itself), a request waits the pool's timeout and gets 503 in the
+    service's error shape; once a connection is free, requests are served again."""
+    pool = {"poolclass": sa.pool.AsyncAdaptedQueuePool, "pool_size": 1, "max_overflow": 0,
+            "pool_timeout": 0.5}
+    server = Server(backend_url, table_name, engine_kwargs=pool,
+                    sample_every=timedelta(hours=1)).start()
+    try:
+        engine = server.app.state.service.engine
+        deadline = time.monotonic() + 30
+        while True:  # the throughput sampler may hold the connection a moment
+            try:
+                held = server.call(engine.connect().start())
+                break
+            except sa.exc.TimeoutError:
+                assert time.monotonic() < deadline, "the pool's connection never came free"
+        with httpx.Client(base_url=server.url, timeout=30,
+                          headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            path = f"/v1/queues/{unique_name('web')}/messages/k"
+            r = client.get(path)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "database_unavailable"
+            assert "pool" in r.json()["error"]["message"]
+            server.call(held.close())
+            assert client.get(path).status_code == 404  # served again: no such message
+    finally:
+        server.stop()
 
 
 def test_a_queue_name_the_library_refuses_is_a_400(http):

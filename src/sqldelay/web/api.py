@@ -26,7 +26,7 @@ from ..messages import FlowControl, Message, OfferOutcome, QueuedMessage, QueueS
 from ..queue_async import AsyncDelayedQueue
 from ..serializers import JsonSerializer
 from .errors import ApiError, invalid
-from .inputs import BATCH_MESSAGE_FIELDS, int_param, message_input, read_json
+from .inputs import BATCH_MESSAGE_FIELDS, MAX_OFFSET, int_param, message_input, read_json
 
 JSON = JsonSerializer()
 CACHED_QUEUES = 1024  # queue objects kept between requests (names come from requests)
@@ -201,7 +201,7 @@ class Service:
     async def list_dead_letters(self, request: Request) -> Response:
         queue = self.queue(request.path_params["queue"])
         limit = int_param(request, "limit", 50, low=1, high=500)
-        offset = int_param(request, "offset", 0, low=0, high=10**12)
+        offset = int_param(request, "offset", 0, low=0, high=MAX_OFFSET)
         letters = await self.dead.list(queue.name, limit=limit, offset=offset)
         total = await self.dead.count(queue.name)
         return JSONResponse({"dead_letters": [dead_letter_json(d) for d in letters],

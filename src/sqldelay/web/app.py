@@ -24,6 +24,7 @@ from .api import Service
 from .auth import AuthMiddleware, Tokens
 from .dashboard import Dashboard
 from .errors import ApiError
+from .inputs import StrictUtf8
 from .openapi import openapi_document
 from .throughput import Sampler
 
@@ -73,10 +74,12 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
     routes = [*service.routes(), Route("/v1/openapi.json", openapi, methods=["GET"]),
               *dashboard.routes()]
     app = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[Middleware(AuthMiddleware, tokens=tokens)],
+                    middleware=[Middleware(StrictUtf8),
+                                Middleware(AuthMiddleware, tokens=tokens)],
                     exception_handlers={ApiError: _api_error, HTTPException: _http_error,
                                         SchemaMissingError: _schema_missing,
                                         sa.exc.DBAPIError: _database_error,
+                                        sa.exc.TimeoutError: _pool_timeout,
                                         # some async drivers let a refused connection out
                                         # as it is
                                         OSError: _database_error})
@@ -102,6 +105,13 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _schema_missing(request: Request, exc: SchemaMissingError) -> Response:
     return ApiError(503, "schema_missing", str(exc)).response()
+
+
+async def _pool_timeout(request: Request, exc: sa.exc.TimeoutError) -> Response:
+    """Every connection of the engine's pool stayed busy (a locked table, a slow database)
+    for the pool's whole timeout: 503, as for a database that does not answer."""
+    return ApiError(503, "database_unavailable", "no connection to the database came free "
+                    "within the pool's timeout; try again").response()
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:

@@ -11,21 +11,29 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..checks import check_text
+from ..checks import check_text, time_after, time_ms
 from ..errors import InvalidArgumentError
 from ..queue_base import check_priority
 from ..schema import KEY_LENGTH
 from .errors import ApiError, invalid
 
+# how deep a body's arrays and objects may nest: well under Python's recursion limit (1,000
+# frames, which the handler's own frames share), so a payload accepted can be encoded, stored,
+# read back and answered as JSON at any depth of the stack
+MAX_DEPTH = 256
+MAX_OFFSET = 10**12  # the largest offset of a page of dead letters
 MESSAGE_FIELDS = {"payload", "at", "delay", "priority", "group"}
 BATCH_MESSAGE_FIELDS = MESSAGE_FIELDS | {"key", "update"}
 # ISO-8601 durations in weeks, days, hours, minutes and seconds (years and months have no
-# fixed length, so they are refused rather than guessed)
-_DURATION = re.compile(r"P(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?"
-                       r"(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?")
+# fixed length, so they are refused rather than guessed); [0-9], not \d, which matches every
+# script's digits (and float() reads them)
+_DURATION = re.compile(r"P(?:(?P<w>[0-9]+)W)?(?:(?P<d>[0-9]+)D)?(?:T(?:(?P<h>[0-9]+)H)?"
+                       r"(?:(?P<m>[0-9]+)M)?(?:(?P<s>[0-9]+(?:\.[0-9]+)?)S)?)?")
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,34 @@ async def read_json(request: Request, limit: int) -> Any:
     if not body:
         raise invalid("body", "the request needs a JSON body", "missing_body")
     try:
-        return json.loads(body, parse_constant=_no_constant)
+        value = json.loads(body, parse_constant=_no_constant)
+    except RecursionError:  # the parser's nesting ran into Python's recursion limit
+        raise _too_deep() from None
     except (ValueError, UnicodeDecodeError) as exc:
+        # ValueError includes an integer of more digits than Python converts (4,300)
         raise invalid("body", f"the body is not valid JSON: {exc}", "malformed_json") from None
+    # only a body with more brackets than the limit can be nested deeper: counted in C
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+        raise _too_deep()
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value``'s arrays and objects nest more than ``limit`` levels deep (level by
+    level, without recursion)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        level = [child for item in level
+                 for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, dict | list)]
+        if not level:
+            return False
+    return True
+
+
+def _too_deep() -> ApiError:
+    return invalid("body", f"the body nests arrays and objects more than {MAX_DEPTH} levels "
+                   "deep", "too_deep")
 
 
 def _no_constant(name: str) -> None:
@@ -115,6 +148,7 @@ def parse_at(value: Any, field: str = "at") -> datetime:
     if when.tzinfo is None or when.utcoffset() is None:
         raise invalid(field, f"{value!r} has no UTC offset; add Z or +HH:MM",
                       "naive_timestamp")
+    _library_check(time_ms, when, "at", field=field, code="invalid_timestamp")
     return when
 
 
@@ -137,28 +171,28 @@ def parse_delay(value: Any, field: str = "delay") -> timedelta:
                              minutes=parts["m"], seconds=parts["s"])
         except OverflowError:
             raise invalid(field, f"the delay {value!r} is too long", "invalid_delay") from None
-    if not math.isfinite(value):
+    # an int may have thousands of digits: isfinite() would overflow converting it to a
+    # float, and the messages do not repeat it
+    if isinstance(value, float) and not math.isfinite(value):
         raise invalid(field, "the delay must be a finite number", "invalid_delay")
     if value < 0:
-        raise invalid(field, f"the delay {value} is negative", "negative_delay")
+        raise invalid(field, "the delay is negative", "negative_delay")
     try:
         return timedelta(seconds=value)
-    except OverflowError:
-        raise invalid(field, f"the delay {value} is too long", "invalid_delay") from None
-
-
-def _after(now: datetime, delay: timedelta, field: str) -> datetime:
-    try:
-        return now + delay
     except OverflowError:
         raise invalid(field, "the delay ends after the year 9999", "invalid_delay") from None
 
 
-def _library_check(check, *args, field: str) -> None:
+def _after(now: datetime, delay: timedelta, field: str) -> datetime:
+    return _library_check(time_after, now, delay, "the delay", field=field,
+                          code="invalid_delay")
+
+
+def _library_check(check, *args, field: str, code: str = "invalid") -> Any:
     try:
-        check(*args)
+        return check(*args)
     except InvalidArgumentError as exc:
-        raise invalid(field, str(exc)) from None
+        raise invalid(field, str(exc), code) from None
 
 
 def int_param(request: Request, name: str, default: int, *, low: int, high: int) -> int:
@@ -166,7 +200,37 @@ def int_param(request: Request, name: str, default: int, *, low: int, high: int)
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not re.fullmatch(r"\d{1,12}", raw) or not low <= int(raw) <= high:
+    if not re.fullmatch(r"[0-9]{1,12}", raw) or not low <= int(raw) <= high:
         raise invalid(name, f"{name} must be a whole number from {low} to {high}, "
                       f"got {raw!r}", "invalid_parameter")
     return int(raw)
+
+
+class StrictUtf8:
+    """ASGI middleware: refuse (400) a request whose path or query string, percent-decoded,
+    is not UTF-8. The server decodes each bad byte as U+FFFD, so without it ``a%ffb`` and
+    ``a%feb`` would reach the handlers as one key, ``a\ufffdb``: one client's message
+    answered or overwritten as another's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            error = _not_utf8(scope)
+            if error is not None:
+                await error.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _not_utf8(scope: Scope) -> ApiError | None:
+    for field, raw in (("path", scope.get("raw_path")), ("query", scope.get("query_string"))):
+        if raw and b"%" in raw:  # unencoded bytes beyond ASCII no server lets through
+            try:
+                unquote_to_bytes(raw).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return invalid(field, f"the {field} is not UTF-8 once percent-decoded "
+                               f"(byte 0x{exc.object[exc.start]:02x}): percent-encode "
+                               "text as UTF-8", "invalid_encoding")
+    return None
