@@ -5,9 +5,15 @@ and body."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from starlette.routing import Route
+
+from sqldelay.web.errors import ApiError
+from sqldelay.web.inputs import parse_delay
+from sqldelay.web.openapi import openapi_document
 
 from ..conftest import unique_name
 from .server import TOKEN
@@ -34,6 +40,28 @@ def test_the_document_lists_exactly_the_routes(http, server):
         if isinstance(route, Route) and route.path not in UNDOCUMENTED:
             path = route.path.replace("{key:path}", "{key}")
             served |= {(path, m) for m in route.methods - {"HEAD"}}
+    assert documented == served
+
+
+DURATIONS = ["PT30S", "P1DT2H", "P1W", "PT0.5S", "P1WT1H1M1.25S", "P", "PT", "P1DT", "PT1",
+             "P1M", "P1Y", "-PT1S", "PT1.S", "P\u0661D", "PT\u0661\u0662S", "P\uff11D", "p1d"]
+
+
+@pytest.mark.parametrize("value", DURATIONS)
+def test_the_document_takes_the_durations_the_server_takes_and_no_others(value):
+    """The delay's pattern is no looser than the server: what it matches, the server takes,
+    and nothing else (a client that checks against the document is never refused)."""
+    document = openapi_document(max_body=1, max_batch=1)
+    [number, text] = document["components"]["schemas"]["MessageIn"]["properties"]["delay"][
+        "oneOf"]
+    # the document's regular expressions are ECMA-262's; these use nothing Python reads
+    # otherwise ([0-9], not \d, which is every script's digits in Python)
+    documented = re.search(text["pattern"], value) is not None
+    try:
+        parse_delay(value)
+        served = True
+    except ApiError:
+        served = False
     assert documented == served
 
 

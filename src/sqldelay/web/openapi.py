@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from ..queue_base import MAX_PRIORITY, MAX_QUEUE_NAME, MIN_PRIORITY
 from ..schema import KEY_LENGTH
+from .inputs import MAX_OFFSET
+
+# an ISO-8601 duration as the server takes it (``inputs.parse_delay``): [0-9], as \d matches
+# other scripts' digits in some validators' regular expressions; at least one part after P,
+# and after T when there is one ("P", "PT" and "P1DT" are refused)
+DURATION_PATTERN = (r"^P(?!$)([0-9]+W)?([0-9]+D)?(T(?=[0-9])([0-9]+H)?([0-9]+M)?"
+                    r"([0-9]+(\.[0-9]+)?S)?)?$")
 
 
 def _ref(name: str) -> dict:
@@ -42,8 +49,7 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
     due = {"at": {"type": "string", "format": "date-time",
                   "description": "RFC 3339 due time with its offset"},
            "delay": {"oneOf": [{"type": "number", "minimum": 0},
-                               {"type": "string", "pattern": r"^P(\d+W)?(\d+D)?(T(\d+H)?"
-                                                             r"(\d+M)?(\d+(\.\d+)?S)?)?$"}],
+                               {"type": "string", "pattern": DURATION_PATTERN}],
                      "description": "seconds, or an ISO-8601 duration (PT30S, P1DT2H)"},
            "priority": {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY,
                         "default": 0},
@@ -212,7 +218,8 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
             "/v1/queues/{queue}/dead-letters": {"get": op("A page of the queue's dead letters", {
                 "200": _json(_ref("DeadLetterPage"), "the page")}, params=[
                 queue, *page_params, {"name": "offset", "in": "query",
-                                      "schema": {"type": "integer", "minimum": 0}}])},
+                                      "schema": {"type": "integer", "minimum": 0,
+                                                 "maximum": MAX_OFFSET}}])},
             "/v1/queues/{queue}/dead-letters/requeue": {"post": op(
                 "Put dead letters back in the queue, due now", {
                     "200": _json(_ref("Count"), "how many went back ('requeued')")},
