@@ -290,7 +290,12 @@ class Rotation:
 def is_outage(exc: BaseException, queues: Iterable[Any]) -> bool:
     """Whether ``exc`` says the database of ``queues`` is lost or unreachable (or a transient
     error): worth riding out. Some async drivers (asyncpg) let the socket's own error through
-    when connecting."""
+    when connecting. A missing table or index is not one, though SQLite reports it as an
+    OperationalError too: waiting does not bring it back (the executor raises it as a
+    ``SchemaMissingError``, which is none either)."""
+    if isinstance(exc, sa.exc.DBAPIError) and not exc.connection_invalidated and any(
+            q.dao.classify(exc) is ErrorKind.MISSING_TABLE for q in queues):
+        return False
     if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | OSError):
         return True
     return isinstance(exc, sa.exc.DBAPIError) and (

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import DelayedQueue
+from sqldelay import DelayedQueue, SchemaMissingError, create_schema
 from sqldelay.dialects import ErrorKind, OfferRow
+from sqldelay.worker_base import is_outage
 
-from ..conftest import unique_name
+from ..conftest import DATABASES, FRONTS, Target, unique_name
+from ..fronts import AsyncFront, Front
 
 
 @pytest.fixture
@@ -56,6 +59,57 @@ def test_duplicate_key_and_missing_table(one_queue, engine):
     with engine.connect() as conn, pytest.raises(sa.exc.DBAPIError) as caught:
         conn.execute(sa.text("SELECT * FROM sqldelay_absent_table"))
     assert one_queue.dao.classify(caught.value) is ErrorKind.MISSING_TABLE
+    # a schema problem, not an outage to wait out (SQLite says it with an OperationalError)
+    assert not is_outage(caught.value, [one_queue])
+    if engine.dialect.name == "sqlite":  # the claim names its index there
+        with engine.connect() as conn, pytest.raises(sa.exc.OperationalError) as caught:
+            conn.exec_driver_sql(f"SELECT * FROM {table.name} INDEXED BY sqldelay_absent_ix")
+        assert one_queue.dao.classify(caught.value) is ErrorKind.MISSING_TABLE
+        assert not is_outage(caught.value, [one_queue])
+
+
+@pytest.mark.parametrize("front_end", [f for f in ("sync", "async") if f in FRONTS])
+def test_a_dropped_claim_index_stops_a_worker_with_an_error_naming_it(tmp_path, front_end):
+    """SQLite's claim reads through its index by name: without it every claim fails, which
+    is no outage to wait out but a schema to repair."""
+    if "sqlite" not in DATABASES:
+        pytest.skip("SQLDELAY_TEST_BACKENDS leaves out sqlite")
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    engine = sa.create_engine(url)
+    create_schema(engine)
+    index = DelayedQueue(engine, "q").dao.claim_index
+    front = Front(engine) if front_end == "sync" else AsyncFront(
+        Target("sqlite", "aiosqlite").async_url(url))
+    try:
+        queue = front.queue("q")
+        queue.offer("k", 1)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP INDEX {index}")
+        worker = front.worker(queue, lambda envelope: None,
+                              idle_poll=timedelta(milliseconds=50), listeners=[])
+        ended: list[BaseException | int] = []
+
+        def drain():
+            try:
+                ended.append(worker.drain())
+            except BaseException as exc:  # what the caller of drain() gets
+                ended.append(exc)
+
+        thread = threading.Thread(target=drain, daemon=True)
+        thread.start()
+        thread.join(30)
+        if thread.is_alive():
+            worker.stop()
+            thread.join(30)
+            pytest.fail("the worker kept waiting for the database instead of stopping")
+        [error] = ended
+        assert isinstance(error, SchemaMissingError), repr(error)
+        assert index in str(error) and "does not exist" in str(error)
+        assert queue.get("k").deliveries == 0  # the message is still there, never claimed
+    finally:
+        if front_end == "async":
+            front.close()
+        engine.dispose()
 
 
 def test_deadlocks_and_busy_databases_are_transient(one_queue, engine):

@@ -14,12 +14,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.compiler import compiles
 
+from ..errors import SchemaMissingError
 from ..schema import QueueId
 from .base import Advice, QueueDao
 
 _BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _SQLITE_ERROR = 1
+# a missing table or index is a plain SQLITE_ERROR (an OperationalError, as an outage is):
+# only the message tells, and it is a schema problem, not one to wait out
 _NO_SUCH_TABLE = "no such table"
+_NO_SUCH_INDEX = "no such index"  # the claim names its index (INDEXED BY): see _due_sql
 
 
 @compiles(QueueId, "sqlite")
@@ -47,7 +51,7 @@ class SQLiteQueueDao(QueueDao):
             return [Advice("journal_mode", mode, "readers and the writer block each other: "
                            "switch to WAL (sqldelay migrate does)")]
         return []
-    missing_table_codes = frozenset({_NO_SUCH_TABLE})
+    missing_table_codes = frozenset({_NO_SUCH_TABLE, _NO_SUCH_INDEX})
 
     @classmethod
     def after_create_schema(cls, conn: sa.Connection) -> None:
@@ -67,8 +71,16 @@ class SQLiteQueueDao(QueueDao):
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence]:
         sql, constants = self._due_sql(tuple(where))
-        return conn.exec_driver_sql(sql, {**constants, "b_kind": pkind, "b_now": now_ms,
-                                          "b_limit": limit}).fetchall()
+        try:
+            return conn.exec_driver_sql(sql, {**constants, "b_kind": pkind, "b_now": now_ms,
+                                              "b_limit": limit}).fetchall()
+        except sa.exc.OperationalError as exc:
+            if self.error_code(exc) != _NO_SUCH_INDEX:
+                raise
+            raise SchemaMissingError(
+                f"the index {self.claim_index!r} of queue table {self.table.name!r} does not "
+                "exist, and every claim on SQLite reads through it: create it again "
+                "(sqldelay verify names it with its columns)") from exc
 
     def _due_sql(self, where: tuple[str, ...]) -> tuple[str, dict]:
         """The claim's read, made to walk the claim index, with its constant parameters.
@@ -96,6 +108,9 @@ class SQLiteQueueDao(QueueDao):
         code = getattr(exc.orig, "sqlite_errorcode", None)
         if code is not None and code & 0xFF in _BUSY:
             return code & 0xFF  # the extended busy and locked codes keep these in the low byte
-        if code == _SQLITE_ERROR and "no such table" in str(exc.orig):
-            return _NO_SUCH_TABLE  # a plain SQLITE_ERROR: only the message tells
+        if code == _SQLITE_ERROR:  # a plain SQLITE_ERROR: only the message tells
+            text = str(exc.orig)
+            for missing in (_NO_SUCH_TABLE, _NO_SUCH_INDEX):
+                if missing in text:
+                    return missing
         return code
