@@ -2,8 +2,9 @@
 database on the same server (``test_shard2``, created here when missing) and MariaDB.
 
 The shards are the real servers of the suite, so these tests need PostgreSQL and MariaDB both
-(skipped, saying why, without them; failed when CI=true). SQLDELAY_TEST_SHARD_KEYS scales the
-load test (default 50,000 offers, as the issue asks).
+(skipped, saying why, without them; failed when CI=true), and as elsewhere run only where
+SQLDELAY_TEST_BACKENDS and SQLDELAY_TEST_FRONTS select their databases and front end.
+SQLDELAY_TEST_SHARD_KEYS scales the load test (default 50,000 offers, as the issue asks).
 """
 
 from __future__ import annotations
@@ -41,12 +42,32 @@ from sqldelay import (
 from sqldelay.cron_base import tick_key
 from sqldelay.sharded_base import copy_op
 
-from ..conftest import IN_CI, MYSQL_URL, PG_URL, _reachable, unique_name
+from ..conftest import DATABASES, FRONTS, IN_CI, MYSQL_URL, PG_URL, _reachable, unique_name
 from .test_worker_restart import PrivatePostgres
 
 SECOND_PG = "test_shard2"
 LOAD_KEYS = int(os.environ.get("SQLDELAY_TEST_SHARD_KEYS", "50000"))
 FAST = {"idle_poll": timedelta(milliseconds=100), "listeners": []}
+
+
+def _left_out(*databases: str) -> list[str]:
+    """Those of ``databases`` SQLDELAY_TEST_BACKENDS leaves out ("mysql": the MariaDB
+    server, which it may name either way)."""
+    return [d for d in databases
+            if not ({"mysql", "mariadb"} if d == "mysql" else {d}) & set(DATABASES)]
+
+
+def _needs(*databases: str):
+    left_out = _left_out(*databases)
+    return pytest.mark.skipif(bool(left_out), reason="SQLDELAY_TEST_BACKENDS leaves out "
+                                                     + ", ".join(left_out))
+
+
+# the front end each test runs, as SQLDELAY_TEST_FRONTS selects it
+BLOCKING = pytest.mark.skipif("sync" not in FRONTS,
+                              reason="SQLDELAY_TEST_FRONTS leaves out the blocking front end")
+ASYNCIO = pytest.mark.skipif("async" not in FRONTS,
+                             reason="SQLDELAY_TEST_FRONTS leaves out the asyncio front end")
 
 
 def _second_pg_url() -> str:
@@ -66,6 +87,9 @@ def _second_pg_url() -> str:
 
 @pytest.fixture(scope="module")
 def shard_urls():
+    left_out = _left_out("postgresql", "mysql")
+    if left_out:
+        pytest.skip(f"SQLDELAY_TEST_BACKENDS leaves out {', '.join(left_out)}")
     urls = {"postgresql": PG_URL, "mysql": MYSQL_URL}
     for name, url in urls.items():
         problem = _reachable(url)
@@ -96,6 +120,7 @@ def sharded(shard_engines):
     return ShardedQueue([DelayedQueue(e, name, table_name=table) for e in engines])
 
 
+@BLOCKING
 def test_each_key_lives_on_its_own_shard_and_the_api_spans_all(sharded):
     keys = [f"k{i}" for i in range(300)]
     outcomes = sharded.offer_many([Message(k, {"n": i}) for i, k in enumerate(keys)])
@@ -122,6 +147,7 @@ def test_each_key_lives_on_its_own_shard_and_the_api_spans_all(sharded):
     assert sharded.next_due() is None
 
 
+@BLOCKING
 def test_a_worker_drains_every_shard_and_acks_on_the_shard_it_claimed_from(sharded):
     keys = [f"w{i}" for i in range(600)]
     sharded.offer_many([Message(k, i) for i, k in enumerate(keys)])
@@ -137,6 +163,7 @@ def test_a_worker_drains_every_shard_and_acks_on_the_shard_it_claimed_from(shard
     assert all(s.due + s.in_flight == 0 for s in sharded.shard_stats().values())
 
 
+@BLOCKING
 def test_flow_control_fans_out_to_every_shard(sharded):
     sharded.pause()
     assert all(c.paused for c in sharded.flow_control().values())
@@ -146,6 +173,7 @@ def test_flow_control_fans_out_to_every_shard(sharded):
     assert sharded.poll().key == "p"
 
 
+@BLOCKING
 def test_cron_ticks_live_on_their_keys_shards_and_a_new_configuration_replaces_them(sharded):
     cron = sharded.cron()
     handle = cron.install_periodic("beat", timedelta(minutes=1), payload={"v": 1}, ahead=60)
@@ -167,6 +195,7 @@ def test_cron_ticks_live_on_their_keys_shards_and_a_new_configuration_replaces_t
     assert cron.list("beat") == [] and sharded.stats().scheduled == 0
 
 
+@BLOCKING
 def test_offers_of_colliding_keys_from_four_producers_are_acked_once_per_creation(sharded):
     """LOAD_KEYS offers over a key space a third that size, from 4 producers in batches,
     while 4 workers consume: each key is handled exactly as many times as it was CREATED."""
@@ -223,6 +252,7 @@ def test_offers_of_colliding_keys_from_four_producers_are_acked_once_per_creatio
     assert handled == created
 
 
+@ASYNCIO
 def test_the_async_front_routes_and_consumes_the_same_way(shard_urls, shard_engines, sharded):
     _, table = shard_engines
     drivers = {"postgresql": "postgresql+asyncpg", "mysql": "mysql+asyncmy"}
@@ -254,6 +284,7 @@ def test_the_async_front_routes_and_consumes_the_same_way(shard_urls, shard_engi
     assert handled == 200 and sorted(seen) == sorted(f"a{i}" for i in range(200))
 
 
+@BLOCKING
 def test_a_shard_down_mid_run_stops_only_its_own_keys_and_loses_nothing(shard_engines):
     """A private PostgreSQL shard is stopped while producers and a worker run: offers of the
     other shards' keys never fail, the worker goes on draining them, and once the shard is
@@ -351,6 +382,7 @@ def test_a_shard_down_mid_run_stops_only_its_own_keys_and_loses_nothing(shard_en
     assert any(sharded.route(k) == "private" for k in offered)
 
 
+@BLOCKING
 def test_reshard_from_two_to_three_shards_under_load_moves_the_expected_keys(shard_engines,
                                                                            shard_urls, capsys):
     """2 shards (PostgreSQL test, MariaDB) become 3 (PostgreSQL test_shard2 added) while
@@ -445,6 +477,8 @@ def test_reshard_from_two_to_three_shards_under_load_moves_the_expected_keys(sha
     assert set(handled) == set(offered)  # every live message handled, none lost
 
 
+@BLOCKING
+@_needs("sqlite", "postgresql")
 def test_an_unreachable_shard_is_named_and_the_others_go_on(tmp_path):
     """No server listens on the dead shard's port: its keys fail with its name, the live
     shard's keys are written and claimed; a poll raises only once every shard is down."""
@@ -472,6 +506,7 @@ def test_an_unreachable_shard_is_named_and_the_others_go_on(tmp_path):
     dead.dispose()
 
 
+@BLOCKING
 def test_a_transactional_worker_takes_each_shard_in_its_own_transaction(sharded):
     sharded.offer_many([Message(f"t{i}", i) for i in range(90)])
     seen = collections.Counter()
@@ -489,6 +524,7 @@ def test_a_transactional_worker_takes_each_shard_in_its_own_transaction(sharded)
     assert sharded.stats().due == 0
 
 
+@BLOCKING
 def test_a_worker_takes_a_sharded_queue_beside_a_plain_one(sharded, shard_engines):
     engines, table = shard_engines
     recurring = DelayedQueue(engines[0], unique_name("cron"), table_name=table)
@@ -508,6 +544,8 @@ def test_a_worker_takes_a_sharded_queue_beside_a_plain_one(sharded, shard_engine
     assert sorted(seen) == sorted([f"s{i}" for i in range(60)] + [f"r{i}" for i in range(10)])
 
 
+@ASYNCIO
+@_needs("sqlite", "postgresql")
 def test_the_async_front_names_an_unreachable_shard_too(tmp_path):
     async def scenario() -> None:
         live = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/live.db")
