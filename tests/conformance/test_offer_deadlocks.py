@@ -7,6 +7,8 @@ in transactions of their own (``connection=`` is never retried) and count the de
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
 
 import pytest
@@ -125,3 +127,77 @@ def test_overlapping_batches_in_opposite_orders_do_not_deadlock(one_queue, engin
     assert other == []
     assert deadlocks == []
     assert one_queue.stats().due == rounds * size
+
+
+def _mysql_family(engine) -> None:
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        pytest.skip("the optimizer choosing the offer's read path is InnoDB's (MySQL, MariaDB)")
+
+
+def test_the_offers_locking_read_walks_the_keys_unique_index(one_queue, engine):
+    # A locking read locks rows in the order it reads them. Left to itself, MariaDB read a
+    # queue's existing keys through whichever path the table's statistics made cheapest:
+    # the whole table (a small one), the queue's part of another index, the unique index;
+    # producers planned differently locked the same rows in different orders, and
+    # deadlocked. This table, only the queue's own 200 messages, is one read whole.
+    _mysql_family(engine)
+    keys = [f"key-{i:04}" for i in range(200)]
+    one_queue.offer_many([Message(k, 0) for k in keys])
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"ANALYZE TABLE {one_queue.dao.table.name}").all()
+        read = one_queue.dao.select_existing().params(b_kind=one_queue.pkind, keys=keys)
+        sql = read.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+        plan = conn.exec_driver_sql(f"EXPLAIN {sql}").mappings().one()
+    assert (plan["type"], plan["key"]) == ("range", f"{one_queue.dao.table.name}_kind_key_uq")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("callers", [True, False], ids=["connection", "own transaction"])
+def test_producers_of_the_same_keys_in_shuffled_orders_never_deadlock(one_queue, engine,
+                                                                       caplog, callers):
+    # Four producers offer the same 200 keys, each call in an order of its own, twenty
+    # times each: in the callers' own transactions (``connection=``, never retried: every
+    # deadlock reaches the caller), or in sqldelay's, which retries a deadlock (logged at
+    # DEBUG): either way none may happen. Half the keys exist from the start, queued in an
+    # order of their own (their ids follow neither the keys nor any producer's order).
+    if engine.dialect.name == "sqlite":
+        pytest.skip("one writer at a time: two offer transactions cannot interleave")
+    caplog.set_level(logging.DEBUG, logger="sqldelay")
+    producers, rounds = 4, 20
+    keys = [f"key-{i:04}" for i in range(200)]
+    first = keys[::2]
+    random.Random(0).shuffle(first)
+    for i in range(0, len(first), 10):
+        one_queue.offer_many([Message(k, -1) for k in first[i:i + 10]])
+    deadlocks: list[BaseException] = []
+    other: list[BaseException] = []
+    start = threading.Barrier(producers, timeout=60)
+
+    def produce(n: int) -> None:
+        shuffle = random.Random(n).shuffle
+        for r in range(rounds):
+            order = keys[:]
+            shuffle(order)
+            batch = [Message(k, {"by": n, "round": r}) for k in order]
+            start.wait()
+            if not callers:
+                one_queue.offer_many(batch)
+                continue
+            with engine.connect() as conn:
+                try:
+                    one_queue.offer_many(batch, connection=conn)
+                    conn.commit()
+                except sa.exc.DBAPIError as exc:
+                    conn.rollback()
+                    transient = one_queue.dao.classify(exc) is ErrorKind.TRANSIENT
+                    (deadlocks if transient else other).append(exc)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    retried = [r for r in caplog.records if r.getMessage().startswith("retrying after")]
+    assert other == []
+    assert deadlocks == [] and retried == []
+    assert one_queue.stats().due == len(keys)

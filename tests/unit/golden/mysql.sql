@@ -38,7 +38,7 @@ CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey,
 CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
 -- offer 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE;
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue FORCE INDEX (delayed_queue_kind_key_uq) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE;
 
 -- offer 1
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0);
@@ -149,7 +149,7 @@ INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- offer by 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1) FOR UPDATE;
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue FORCE INDEX (delayed_queue_kind_key_uq) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1) FOR UPDATE;
 
 -- offer by 1
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key, enqueued_by) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0, :actor);
