@@ -58,6 +58,28 @@ def _payload(type_, compiler, **kw):
     return "LONGBLOB"  # BLOB stops at 64 KiB
 
 
+class _DeleteByPrimary(sa.Delete):
+    """A DELETE of rows named by id that reaches them through the primary key: the
+    multi-table form, ``DELETE FROM t USING t FORCE INDEX (PRIMARY) WHERE …``, whose table
+    reference takes the index hint the single-table form refuses. It has no LIMIT, ORDER BY
+    or RETURNING. MariaDB 10.11 heeds the hint only where the WHERE has a condition on
+    another column too (an ack's lock): ``id IN (…)`` alone, 13 ids of a 40-row table, was
+    planned as a read of the whole table, hint or not, where the single-table DELETE with
+    its LIMIT (``delete_by_id``) read the 13."""
+
+    inherit_cache = True
+
+
+@compiles(_DeleteByPrimary, "mysql")
+@compiles(_DeleteByPrimary, "mariadb")
+def _delete_by_primary(stmt, compiler, **kw):
+    sql = compiler.visit_delete(stmt, **kw)
+    table = compiler.preparer.format_table(stmt.table)
+    head = f"DELETE FROM {table} "
+    assert sql.startswith(head) and " LIMIT " not in sql, sql
+    return f"{head}USING {table} FORCE INDEX (PRIMARY) {sql[len(head):]}"
+
+
 class MySQLQueueDao(QueueDao):
     name = "mysql"
     offer_chunk = 1000
@@ -78,7 +100,17 @@ class MySQLQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        self._acks: dict[int, sa.Delete] = {}  # by count (``acks_of``)
+        # The ack of many, through the primary key whatever their count: a single-table
+        # DELETE takes no index hint, and its LIMIT (``delete_by_id``) kept the optimizer
+        # on the primary key only while it stayed below the rows the table was thought to
+        # hold. An ack of every message of a small table read (EXPLAIN: type ALL) and
+        # locked the whole table, waiting for rows outside its list: two such acks
+        # deadlocked, and a torture run's offers, waiting behind them, gave up after ten
+        # attempts. The multi-table form takes the hint (MariaDB 10.11: type range on
+        # PRIMARY, 4 ids of a 4-row table, 39 of 40).
+        t = self.table
+        self._ack_many = _DeleteByPrimary(t).where(self.held_by(sa.bindparam("lock")),
+                                                   self.ids_listed())
         self._named_sql: dict[tuple, str] = {}  # by dialect, row count, … (``named_write``)
         self._named_reads: dict[tuple, str] = {}  # by dialect, key count (``named_read``)
 
@@ -103,16 +135,6 @@ class MySQLQueueDao(QueueDao):
         # the option by each dialect name: a MariaDB server behind a mysql:// URL too
         return sa.delete(table).where(*where).with_dialect_options(mysql_limit=count,
                                                                    mariadb_limit=count)
-
-    def acks_of(self, count: int) -> sa.Delete:
-        # the LIMIT is a number in the statement's text: one statement for each size of
-        # ack, most often the consumers' batch size
-        stmt = self._acks.get(count)
-        if stmt is None:
-            t = self.table
-            stmt = self._acks[count] = self.delete_by_id(
-                t, count, t.c.lock_uuid == sa.bindparam("lock"), self.ids_listed())
-        return stmt
 
     def select_existing(self) -> sa.Select:
         # The optimizer's own choice for this read changed with the table's statistics

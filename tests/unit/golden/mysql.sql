@@ -56,7 +56,7 @@ UPDATE delayed_queue FORCE INDEX (PRIMARY) SET scheduled_at=:until, lock_uuid=:l
 DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uuid = :lock;
 
 -- ack_many 0
-DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2) LIMIT 2;
+DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- trace context 0
 UPDATE delayed_queue SET trace_context=:trace_context WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:pkey_1_1, :pkey_1_2);
@@ -122,7 +122,7 @@ UPDATE delayed_queue FORCE INDEX (PRIMARY) SET scheduled_at=:until, lock_uuid=:l
 UPDATE delayed_queue_settings SET tokens_milli=(CASE WHEN (delayed_queue_settings.tokens_milli IS NULL OR delayed_queue_settings.refilled_at IS NULL OR :b_now - delayed_queue_settings.refilled_at >= delayed_queue_settings.rate_period_ms) THEN CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1 WHEN (:b_now - delayed_queue_settings.refilled_at <= :param_2) THEN delayed_queue_settings.tokens_milli WHEN (delayed_queue_settings.tokens_milli + FLOOR(((:b_now - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1) / delayed_queue_settings.rate_period_ms) > CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1) THEN CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1 ELSE delayed_queue_settings.tokens_milli + FLOOR(((:b_now - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1) / delayed_queue_settings.rate_period_ms) END - :spend), refilled_at=CASE WHEN (delayed_queue_settings.refilled_at IS NULL OR :b_now > delayed_queue_settings.refilled_at) THEN :b_now ELSE delayed_queue_settings.refilled_at END WHERE delayed_queue_settings.pkind = :b_kind AND delayed_queue_settings.rate_limit IS NOT NULL AND CASE WHEN (delayed_queue_settings.tokens_milli IS NULL OR delayed_queue_settings.refilled_at IS NULL OR :b_now - delayed_queue_settings.refilled_at >= delayed_queue_settings.rate_period_ms) THEN CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1 WHEN (:b_now - delayed_queue_settings.refilled_at <= :param_2) THEN delayed_queue_settings.tokens_milli WHEN (delayed_queue_settings.tokens_milli + FLOOR(((:b_now - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1) / delayed_queue_settings.rate_period_ms) > CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1) THEN CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1 ELSE delayed_queue_settings.tokens_milli + FLOOR(((:b_now - delayed_queue_settings.refilled_at) * CAST(delayed_queue_settings.rate_limit AS SIGNED INTEGER) * :param_1) / delayed_queue_settings.rate_period_ms) END >= :spend;
 
 -- ack freeing groups 0
-DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2) LIMIT 2;
+DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- ack freeing groups 1
 UPDATE delayed_queue_groups SET claimed_until=:claimed_until, lock_uuid=:lock_uuid WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1, :names_2) AND delayed_queue_groups.lock_uuid = :lock;
