@@ -6,7 +6,7 @@ Two front ends over the same statements: ``DelayedQueue``, ``Worker``, ``CronSer
 asyncio ``AsyncEngine``.
 """
 
-from .clock import Clock, FakeClock, SystemClock
+from .clock import Clock, DatabaseClock, FakeClock, SystemClock
 from .cron import CronHandle, CronService
 from .cron_async import AsyncCronHandle, AsyncCronService
 from .cron_base import CronMessage, InstalledSchedule
@@ -50,7 +50,8 @@ from .worker_base import ProcessingMode
 __all__ = [
     "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue",
     "AsyncInspector", "AsyncShardedQueue", "AsyncWorker", "BytesSerializer", "Clock",
-    "CronHandle", "CronMessage", "CronService", "DeadLetter", "DeadLetters", "DelayedQueue",
+    "CronHandle", "CronMessage", "CronService", "DatabaseClock", "DeadLetter", "DeadLetters",
+    "DelayedQueue",
     "Delivery", "Envelope", "EventKind", "FakeClock", "History", "HistoryEvent", "Inspector",
     "InstalledSchedule", "InvalidArgumentError", "JsonSerializer", "LoggingListener", "Message",
     "MessagePage", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueListener",

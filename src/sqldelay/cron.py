@@ -126,7 +126,7 @@ class CronService(CronServiceBase):
 
         def install_once() -> float:
             """Install the next ``ahead`` ticks; returns seconds until the next install."""
-            now = self.queue.clock.now()
+            now = self.queue.now()
             self.install_tick(installation.config_hash, prefix, installation.ticks(now))
             return self.next_wait(installation, now)
 

@@ -124,7 +124,7 @@ class AsyncCronService(CronServiceBase):
 
         async def install_once() -> float:
             """Install the next ``ahead`` ticks; returns seconds until the next install."""
-            now = self.queue.clock.now()
+            now = await self.queue.now()
             await self.install_tick(installation.config_hash, prefix, installation.ticks(now))
             return self.next_wait(installation, now)
 

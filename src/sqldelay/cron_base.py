@@ -13,8 +13,10 @@ a message keyed ``{prefix}/{config hash}/{UTC time}``:
 - a message a consumer holds (claimed, lock not expired) is never deleted from under it.
 
 Ticks are only ever installed strictly after the installer's clock reads now, so a tick that
-was delivered and acked is not installed again; processes whose clocks disagree by more than
-the time between a tick and its ack could install it twice: keep clocks in sync (NTP).
+was delivered and acked is not installed again. That clock is the database server's (the
+queue's ``DatabaseClock``), so installers whose own clocks disagree still agree on now: only
+an error of the measured offset larger than the time between a tick and its ack could
+install a tick twice.
 Processes installing *different* configurations of one prefix (a rolling deploy) replace each
 other's future ticks at every install, the last one winning until the old ones stop.
 A blocking and an asyncio process installing the same schedule install the same ticks.

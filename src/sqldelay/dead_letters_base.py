@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .checks import check_key, check_positive_int, time_ms
-from .clock import Clock, SystemClock, from_ms, to_ms
+from .clock import Clock, DatabaseClock, from_ms, to_ms
 from .dialects import OfferRow, dao_class_for
 from .dialects.base import chunked
 from .errors import InvalidArgumentError
@@ -54,7 +54,7 @@ class DeadLettersBase:
                  clock: Clock | None = None, history: bool = False) -> None:
         metadata = sa.MetaData()
         self.engine = engine
-        self.clock = clock if clock is not None else SystemClock()
+        self.clock = clock if clock is not None else DatabaseClock.of(engine)
         self.dao = dao_class_for(engine.dialect)(queue_table(metadata, table_name))
         self.table = dead_letter_table(metadata, table_name)
         self.recorder = (Recorder(history_table(metadata, table_name), self.dao) if history

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .checks import check_positive_int, check_text
-from .clock import Clock, SystemClock, to_ms
+from .clock import Clock, DatabaseClock, to_ms
 from .dialects import dao_class_for
 from .errors import InvalidArgumentError
 from .messages import QueuedMessage
@@ -59,7 +59,7 @@ class InspectorBase:
                  clock: Clock | None = None) -> None:
         metadata = sa.MetaData()
         self.engine = engine
-        self.clock = clock if clock is not None else SystemClock()
+        self.clock = clock if clock is not None else DatabaseClock.of(engine)
         self.dao = dao_class_for(engine.dialect)(queue_table(metadata, table_name))
         self.dead = dead_letter_table(metadata, table_name)
 

@@ -99,6 +99,9 @@ class AsyncDelayedQueue(QueueBase):
             return []
         with self.tracer.span(OFFER, self.name, len(messages)):
             plan = self.plan_offer(messages, by)  # stores the span's context, when traced
+            if self.clock_unread:  # checked: planned again on the database's time
+                await self.now()
+                plan = self.plan_offer(messages, by)
             return await self.run_offer(plan, connection=connection)
 
     async def run_offer(self, plan: OfferPlan | None, *,
@@ -128,6 +131,14 @@ class AsyncDelayedQueue(QueueBase):
                                 self.dao.table.name, exc)
         self.events.emit("offered", self.name, outcomes)
         return outcomes
+
+    async def now(self) -> datetime:
+        """The time as the queue counts it: the database server's, unless the queue was made
+        with a ``clock=`` of its own. A round trip only where the database clock's offset
+        is due to be measured (once per engine every 30 s)."""
+        if self.clock_due:
+            return await self.executor.run(self.now_op(), write=False, one_statement=True)
+        return self.clock.now()
 
     # ---- consuming -----------------------------------------------------------------------
 

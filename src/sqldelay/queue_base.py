@@ -19,8 +19,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import wakeups
-from .checks import check_key, check_positive_int, check_text, check_texts, time_ms
-from .clock import Clock, SystemClock, duration_ms, from_ms, to_ms
+from .checks import (
+    MAX_TIME_MS,
+    check_key,
+    check_positive_int,
+    check_text,
+    check_texts,
+    time_ms,
+)
+from .clock import Clock, DatabaseClock, duration_ms, from_ms, to_ms
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, ErrorKind, PayloadBudget, chunked
 from .dialects.flow import Control, Raced
@@ -113,7 +120,9 @@ class QueueBase:
         self.name = name
         self.pkind = f"{name}|{type_name}"
         self.acquire_timeout = acquire_timeout
-        self.clock = clock if clock is not None else SystemClock()
+        # the database server's time by default, so that every process agrees on when a
+        # message is due and a lock expires (``clock.DatabaseClock``)
+        self.clock = clock if clock is not None else DatabaseClock.of(engine)
         metadata = sa.MetaData()
         self.dao: QueueDao = dao_class_for(engine.dialect)(queue_table(metadata, table_name))
         # with history, each change writes its events in its own transaction (see history.py)
@@ -139,8 +148,28 @@ class QueueBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self.engine.url.render_as_string()!r})"
 
-    def now_ms(self) -> int:
-        return to_ms(self.clock.now(), "clock.now()")
+    def now_ms(self, conn: sa.Connection | None = None) -> int:
+        """The time now as the queue counts it, in epoch ms; given ``conn``, the database
+        clock's offset is measured on it first when due (``clock_due``)."""
+        clock = self.clock
+        if conn is not None and isinstance(clock, DatabaseClock):
+            return to_ms(clock.now_on(conn), "clock.now()")
+        return to_ms(clock.now(), "clock.now()")
+
+    @property
+    def clock_due(self) -> bool:
+        """Whether the queue's clock needs a round trip before it tells the time (the
+        database clock's first measurement, or its periodic one): see ``now_op``."""
+        return isinstance(self.clock, DatabaseClock) and self.clock.due
+
+    @property
+    def clock_unread(self) -> bool:
+        """Whether the queue's database clock has no offset yet: a plan made now would read
+        the local clock (the fronts measure it first, once its checks have passed)."""
+        return isinstance(self.clock, DatabaseClock) and not self.clock.measured
+
+    def now_op(self) -> Op:
+        return lambda conn: from_ms(self.now_ms(conn))
 
     def check_key(self, key: Any) -> None:
         """Refuse a key this queue cannot store, before the database is touched."""
@@ -172,6 +201,7 @@ class QueueBase:
         trace = self.tracer.context()
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
+            self.now_ms(conn)  # the database clock measured again when due (producers too)
             if flag:  # from now on claims of this queue take the group-aware path
                 dao.write_settings(conn, self.pkind, has_groups=1)
             budget = dao.payload_budget(conn)
@@ -210,6 +240,7 @@ class QueueBase:
         dao = self.dao
 
         def op(conn: sa.Connection) -> list[OfferOutcome] | None:
+            self.now_ms(conn)  # the database clock measured again when due
             budget = dao.payload_budget(conn)
             batch.check_sizes(budget, dao.name)
             if (budget.statement != static.statement
@@ -285,13 +316,15 @@ class QueueBase:
         check_positive_int(limit, "limit")
         check_actor(by)
         actor = by if by is not None or self.recorder is None else current_actor()
-        now = self.now_ms()
-        until = now + self._acquire_ms
         lock = str(uuid.uuid4())
         optimistic = own_transaction
 
         def op(conn: sa.Connection) -> list[Envelope]:
             nonlocal optimistic
+            # read at each attempt: a reading kept through pool waits, lock waits and
+            # retries would shorten the lock and see fewer messages due
+            now = self.now_ms(conn)
+            until = now + self._acquire_ms
             try:
                 rows, control = self.dao.claim_checked(
                     conn, self.pkind, now, limit, lock, until, actor,
@@ -402,14 +435,14 @@ class QueueBase:
         self.check_own(envelope)
         if error is not None and not isinstance(error, str):
             raise InvalidArgumentError(f"error must be a str, got {type(error).__name__}")
-        delay_ms = 0 if delay is None else duration_ms(delay, "delay")
-        due = self.now_ms() + delay_ms
-        move = self._move_op(envelope, due, keep_lock=False)
+        delay_ms = 0 if delay is None else self._lasting(delay, "delay")
         if envelope.group is None and self.recorder is None:
-            return Call(move, True)
+            return Call(lambda conn: self._move(conn, envelope, self.now_ms(conn) + delay_ms,
+                                                keep_lock=False), True)
 
         def op(conn: sa.Connection) -> bool:
-            moved = move(conn)
+            due = self.now_ms(conn) + delay_ms
+            moved = self._move(conn, envelope, due, keep_lock=False)
             if envelope.group is not None:
                 self.dao.free_groups(conn, self.pkind, envelope.lock, [envelope.group])
             if moved and self.recorder is not None:
@@ -431,11 +464,11 @@ class QueueBase:
         """Keep the lock ``by`` (default: acquire_timeout) from now: True if it still held,
         and then ``envelope.locked_until`` says the new expiry (the group's too)."""
         self.check_own(envelope)
-        until = self.now_ms() + (self._acquire_ms if by is None else duration_ms(by, "by"))
-        move = self._move_op(envelope, until, keep_lock=True)
+        lasting = self._acquire_ms if by is None else self._lasting(by, "by")
 
         def op(conn: sa.Connection) -> bool:
-            if not move(conn):
+            until = self.now_ms(conn) + lasting
+            if not self._move(conn, envelope, until, keep_lock=True):
                 return False
             if envelope.group is not None:
                 self.dao.extend_group(conn, self.pkind, envelope.lock, envelope.group, until)
@@ -444,9 +477,18 @@ class QueueBase:
 
         return Call(op, envelope.group is None)
 
-    def _move_op(self, envelope: Envelope, scheduled_at: int, *, keep_lock: bool) -> Op:
+    def _lasting(self, delta: timedelta, name: str) -> int:
+        """``delta`` in ms, refused when it would end past the year 9999 (a row no read could
+        turn back into a datetime)."""
+        ms = duration_ms(delta, name)
+        if self.now_ms() + ms > MAX_TIME_MS:
+            raise InvalidArgumentError(f"{name} {delta} from now ends after the year 9999")
+        return ms
+
+    def _move(self, conn: sa.Connection, envelope: Envelope, scheduled_at: int, *,
+              keep_lock: bool) -> bool:
         stmt = self.dao.move_locked(envelope.row_id, envelope.lock, scheduled_at, keep_lock)
-        return lambda conn: conn.execute(stmt).rowcount > 0
+        return conn.execute(stmt).rowcount > 0
 
     # ---- flow control ----------------------------------------------------------------------
 

@@ -109,6 +109,12 @@ class ShardedQueue(ShardedBase):
         parts = self.split(messages)
         plans = {name: self.shards[name].plan_offer([messages[i] for i in positions], by)
                  for name, positions in parts.items()}  # every part checked: now write
+        # a plan reads its shard's time: where the database clock has no offset yet, it is
+        # measured and the part planned again (a shard that cannot be reached fails below)
+        unread = [name for name in plans if self.shards[name].clock_unread]
+        side_by_side([partial(self._on, name, self.shards[name].now) for name in unread])
+        for name in unread:
+            plans[name] = self.shards[name].plan_offer([messages[i] for i in parts[name]], by)
         outcomes: list[OfferOutcome | None] = [None] * len(messages)
         moved = {} if self.previous is None else self.moved(messages)
         kept_old = [i for i, old in moved.items() if not messages[i].update

@@ -487,3 +487,14 @@ def test_create_schema_is_idempotent(engine, table_name):
     create_schema(engine, table_name=table_name)
     names = {ix["name"] for ix in sa.inspect(engine).get_indexes(table_name)}
     assert {f"{table_name}_kind_key_uq", f"{table_name}_kind_due_ix"} <= names
+
+
+def test_a_release_or_an_extension_past_the_year_9999_is_refused_and_the_lock_holds(queue):
+    queue.offer("k", 1)
+    envelope = queue.poll()
+    for call in (lambda: queue.release(envelope, delay=timedelta(days=3_000_000)),
+                 lambda: queue.extend(envelope, timedelta(days=3_000_000))):
+        with pytest.raises(InvalidArgumentError, match="after the year 9999"):
+            call()
+    assert queue.get("k").in_flight
+    assert queue.ack(envelope)

@@ -325,3 +325,9 @@ def test_classify_ignores_numbers_inside_the_message_text():
     # "(2627)" in a key value is not the error number; the number before the function name is
     err = pyodbc_error("ProgrammingError", "42000", "Something about key (2627).", 102)
     assert MSSQLQueueDao.classify(err) is ErrorKind.OTHER
+
+
+def test_the_server_time_statement_parses():
+    sql = str(MSSQLQueueDao.server_time().compile(dialect=DIALECT))
+    assert "SYSUTCDATETIME()" in sql and "DATEDIFF_BIG" in sql
+    assert_tsql([sql])

@@ -273,3 +273,9 @@ def test_driver_errors_without_an_ora_number_are_other():
     error = _Error("DPY-4011: the database or network closed the connection")
     err = sa.exc.DBAPIError.instance("stmt", None, error.exc_type(error), oracledb.Error)
     assert OracleQueueDao.classify(err) is ErrorKind.OTHER
+
+
+def test_the_server_time_statement_parses():
+    sql = str(OracleQueueDao.server_time().compile(dialect=DIALECT))
+    assert "SYS_EXTRACT_UTC" in sql and "SYSTIMESTAMP" in sql
+    assert_oracle([sql])

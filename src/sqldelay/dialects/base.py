@@ -271,6 +271,12 @@ class QueueDao(FlowControl):
     missing_table_codes: ClassVar[frozenset] = frozenset()
 
     @classmethod
+    def server_time(cls) -> sa.Executable:
+        """A statement whose one value is the database server's time now, in epoch
+        milliseconds (``clock.DatabaseClock``): the clock every process agrees on."""
+        raise UnsupportedDialectError(f"{cls.name} cannot tell its server's time")
+
+    @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> object:
         """The database's code for a driver error, or None."""
         return None

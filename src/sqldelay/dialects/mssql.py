@@ -134,6 +134,11 @@ class MSSQLQueueDao(QueueDao):
         return self._claims[where, by]
 
     @classmethod
+    def server_time(cls) -> sa.Executable:
+        # DATEDIFF_BIG (SQL Server 2016): milliseconds since 1970 overflow DATEDIFF's INT
+        return sa.text("SELECT DATEDIFF_BIG(MILLISECOND, '19700101', SYSUTCDATETIME())")
+
+    @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
         return native_error(exc)
 

@@ -291,6 +291,13 @@ class MySQLQueueDao(QueueDao):
         return out
 
     @classmethod
+    def server_time(cls) -> sa.Executable:
+        # UTC_TIMESTAMP, not UNIX_TIMESTAMP(NOW(3)): NOW() is in the session's time zone,
+        # ambiguous for an hour a year where it keeps daylight saving time
+        return sa.text("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', "
+                       "UTC_TIMESTAMP(6)) DIV 1000")
+
+    @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
         args = getattr(exc.orig, "args", ())
         return args[0] if args and isinstance(args[0], int) else None

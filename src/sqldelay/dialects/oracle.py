@@ -84,6 +84,16 @@ class OracleQueueDao(QueueDao):
         return self._dues[where]
 
     @classmethod
+    def server_time(cls) -> sa.Executable:
+        # a DATE difference counts days (fractions of them), without the fraction of a
+        # second, which the same timestamp's seconds give (a time zone's offset is whole
+        # minutes, so they are the same in UTC)
+        return sa.text(
+            "SELECT ROUND((CAST(SYS_EXTRACT_UTC(t) AS DATE) - DATE '1970-01-01') * 86400000) "
+            "+ FLOOR(MOD(EXTRACT(SECOND FROM t), 1) * 1000) "
+            "FROM (SELECT SYSTIMESTAMP AS t FROM DUAL)")
+
+    @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | None:
         return oracle_error_code(exc)
 

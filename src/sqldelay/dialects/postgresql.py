@@ -414,6 +414,11 @@ class PostgresQueueDao(QueueDao):
                 raise sa.exc.OperationalError("LISTEN", None, exc) from exc
 
     @classmethod
+    def server_time(cls) -> sa.Executable:
+        # clock_timestamp(), not now(): now() is the time the transaction began
+        return sa.text("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")
+
+    @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> str | None:
         return getattr(exc.orig, "sqlstate", None)
 

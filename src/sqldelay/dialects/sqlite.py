@@ -104,6 +104,11 @@ class SQLiteQueueDao(QueueDao):
                        sa.func.substr(column, 1, len(prefix)) == prefix)
 
     @classmethod
+    def server_time(cls) -> sa.Executable:
+        # the Julian day of the epoch is 2440587.5; SQLite's 'now' has millisecond precision
+        return sa.text("SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)")
+
+    @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | str | None:
         code = getattr(exc.orig, "sqlite_errorcode", None)
         if code is not None and code & 0xFF in _BUSY:
