@@ -96,7 +96,9 @@ class Worker(WorkerBase):
         self._state = Condition(self._lock)
         self._buffer: deque[Envelope] = deque()  # claimed, not started
         self._running: set[Envelope] = set()
-        self._to_ack: list[Envelope] = []
+        self._to_ack: list[Envelope] = []  # handled, their acks not yet sent
+        self._acking: set[Envelope] = set()  # their acks on their way
+        self._acks_waiting = Event()  # set when _to_ack gains an envelope
         self._idle_handlers = 0
         self._closing = False
         self._handled = 0
@@ -137,6 +139,7 @@ class Worker(WorkerBase):
         self._processes_stop.set()
         self._stop.set()
         self._wake.set()
+        self._acks_waiting.set()
         notify_all_soon(self._work)
         notify_all_soon(self._state)
 
@@ -165,6 +168,7 @@ class Worker(WorkerBase):
             finally:
                 self._stop.set()
                 self._wake.set()
+                self._acks_waiting.set()
                 unregister()
                 for helper in helpers:
                     helper.join(timeout=1.0)
@@ -183,6 +187,8 @@ class Worker(WorkerBase):
         self._buffer.clear()
         self._running.clear()
         self._to_ack.clear()
+        self._acking.clear()
+        self._acks_waiting.clear()
         self._idle_handlers = 0
         self._closing = False
         self._handled = 0
@@ -192,6 +198,8 @@ class Worker(WorkerBase):
 
     def _start_helpers(self, until_idle: bool) -> list[Spawned]:
         helpers = []
+        if self.mode is ProcessingMode.AT_LEAST_ONCE:
+            helpers.append(spawn(self._ack_loop, "sqldelay-acks"))
         if self.heartbeat is not None:
             helpers.append(spawn(self._heartbeat_loop, "sqldelay-heartbeat"))
         if self.wake_ups and not until_idle:
@@ -213,6 +221,7 @@ class Worker(WorkerBase):
             self._events.emit("crashed", exc, False)
         finally:
             self._stop.set()
+            self._acks_waiting.set()  # the ack loop ends: the shutdown sends what is left
             self._shut_down(handlers)
 
     def _fetch_loop(self, until_idle: bool) -> None:
@@ -229,18 +238,11 @@ class Worker(WorkerBase):
             if self._starved and not self._patiently(self._flush_acks):
                 return
             handled, acked = self._handled, self._acked
-            # the acks of the batch before go out on a connection of their own while the next
-            # batch is claimed and handled: they delete messages the claim cannot take (still
-            # locked), and a claim needs no ack of them first (a starved one had them above)
-            calls = [self._claim_and_hand_off]
-            if self._to_ack:
-                calls.append(partial(self._patiently, self._flush_acks))
-            outcomes = side_by_side(calls)
-            for outcome in outcomes:
-                if isinstance(outcome, Exception):
-                    raise outcome
-            batch = outcomes[0]
-            if batch is None or not all(outcomes[1:]):  # None: stopped meanwhile
+            # the acks go out on their own (``_ack_loop``): a claim waits for none of them,
+            # and needs none first (they delete messages it cannot take, still locked) but
+            # after an empty claim, above
+            batch = self._claim_and_hand_off()
+            if batch is None:  # stopped meanwhile
                 return
             if batch:
                 idle = False
@@ -336,13 +338,14 @@ class Worker(WorkerBase):
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
-            ok = self._process(envelope)
+            ok = self._held(envelope) and self._process(envelope)
             with self._lock:
                 self._running.discard(envelope)
                 self._rotation.done(self._name_of[id(envelope.queue)])
                 self._handled += 1
                 if ok:
                     self._to_ack.append(envelope)
+                    self._acks_waiting.set()
                 if not self._buffer:
                     # only an empty buffer concerns the waiters (the fetcher refills it, drain
                     # and shutdown wait for the running set): waking them per message is costly
@@ -351,6 +354,24 @@ class Worker(WorkerBase):
                 # the last claim found due messages it could not take: this one's end may
                 # free its group or a slot under a cap
                 self._wake.set()
+
+    def _held(self, envelope: Envelope) -> bool:
+        """Whether the worker still holds ``envelope``, about to be handled: a lock that
+        expired while it waited in the buffer (no heartbeat, or one that could not reach the
+        database) is renewed first, unless another consumer took the message meanwhile, which
+        then handles it, not this worker."""
+        if envelope.locked_until > envelope.queue.clock.now():
+            return True
+        try:
+            if envelope.extend():
+                return True
+        except Exception as exc:  # unreachable: handled, as the lock may yet hold
+            log.warning("could not renew the expired lock of %s before handling it: %s",
+                        envelope.key, exc)
+            return True
+        log.warning("the lock of %s expired before its handler started and the message "
+                    "was claimed again or changed meanwhile: not handled here", envelope.key)
+        return False
 
     def _process(self, envelope: Envelope) -> bool:
         self._events.emit("started", envelope)
@@ -373,9 +394,35 @@ class Worker(WorkerBase):
                           timedelta(seconds=time.perf_counter() - began))
         return True
 
+    def _ack_loop(self) -> None:
+        """Send the acks of the handlers that returned, never waiting for a claim: the first
+        within ``ack_window`` of its handler's return, with the others that returned in that
+        window. The worker holds their locks until they are sent (the heartbeat renews them);
+        what is left at the end goes with the shutdown."""
+        window = self.ack_window.total_seconds()
+        try:
+            while True:
+                wait_event(self._acks_waiting, None)
+                if self._stop.is_set() or (window and wait_event(self._stop, window)):
+                    return
+                self._acks_waiting.clear()  # before the flush: a later ack sets it again
+                self._patiently(self._flush_acks)
+        except Exception as exc:
+            self._fatal = exc
+            self._events.emit("crashed", exc, False)
+            self.stop()
+
     def _flush_acks(self) -> bool:
         with self._lock:
             batch, self._to_ack = self._to_ack, []
+            self._acking.update(batch)
+        try:
+            return self._send_acks(batch)
+        finally:
+            with self._lock:
+                self._acking.difference_update(batch)
+
+    def _send_acks(self, batch: list[Envelope]) -> bool:
         later: list[Envelope] = []  # of queues that are down (isolated), for their return
         try:
             for envelopes in _by_queue(batch):
@@ -562,13 +609,28 @@ class Worker(WorkerBase):
     def _heartbeat_loop(self) -> None:
         interval = self.heartbeat.total_seconds()
         while not wait_event(self._stop, interval):
-            with self._lock:
-                held = [*self._running, *self._buffer]
+            with self._lock:  # every message the worker holds, until its ack is sent
+                held = [*self._running, *self._buffer, *self._to_ack, *self._acking]
             for envelope in held:
                 try:
-                    envelope.extend()
+                    renewed = envelope.extend()
                 except Exception as exc:  # the next beat tries again; the lock may yet hold
                     log.warning("heartbeat could not extend %s: %s", envelope.key, exc)
+                    continue
+                if not renewed:
+                    self._lost(envelope)
+
+    def _lost(self, envelope: Envelope) -> None:
+        """The lock of ``envelope`` is gone (acked meanwhile, or taken by another consumer
+        after it expired): if its handler has not started, it never will here."""
+        with self._lock:
+            if envelope in self._buffer:
+                self._buffer.remove(envelope)
+                self._rotation.done(self._name_of[id(envelope.queue)])
+                log.warning("the lock of %s was lost before its handler started: not handled "
+                            "here", envelope.key)
+                if not self._buffer:
+                    self._state.notify_all()
 
     def _prune_loop(self) -> None:
         """Prune the history of the queues kept for a retention, now and every

@@ -5,8 +5,14 @@ it with asyncio tasks, ``Worker`` (``worker.py``, generated from it) with thread
 At-least-once mode (the default): ``run()`` claims batches (each claim committed on its own)
 into a buffer that ``concurrency`` handlers drain (on PostgreSQL, two batches at once where the
 handlers wait on the claims: ``_claim_next``); a handler that returns gets its message
-acked (acks are sent in batches), one that raises gets it released for a retry or moved to the
-dead letters. A crash between handler and ack means a redelivery, never a loss. ``Worker``
+acked, one that raises gets it released for a retry or moved to the dead letters. Acks leave
+on their own, never waiting for a claim: the first within ``ack_window`` of its handler's
+return, with every other that returned meanwhile, in one statement. A crash between handler
+and ack means a redelivery, never a loss: only the messages whose handlers returned within
+the ack window before the crash come back. With ``heartbeat=``, every message the worker holds
+(waiting for a handler, being handled, waiting for its ack) has its lock renewed each beat,
+and a message whose lock was lost before its handler started is dropped from the buffer, not
+handled: a live worker does not handle a message another consumer may hold. ``Worker``
 calls its handler in one of ``concurrency`` threads; ``AsyncWorker`` awaits an ``async def``
 handler and runs a plain function in a pool of ``concurrency`` threads, off the event loop.
 
@@ -75,6 +81,7 @@ class WorkerBase:
                  idle_poll: timedelta = timedelta(seconds=1),
                  grace_period: timedelta = timedelta(seconds=30),
                  heartbeat: timedelta | None = None,
+                 ack_window: timedelta = timedelta(milliseconds=20),
                  listeners: Sequence[WorkerListener] | None = None,
                  wake_ups: bool = True,
                  limits: Mapping[str, int] | None = None,
@@ -111,6 +118,11 @@ class WorkerBase:
         if duration_ms(idle_poll, "idle_poll") < 1:
             raise InvalidArgumentError("idle_poll must be positive")
         duration_ms(grace_period, "grace_period")
+        duration_ms(ack_window, "ack_window")
+        if ack_window >= min(q.acquire_timeout for q in self.queues.values()):
+            raise InvalidArgumentError(
+                f"ack_window ({ack_window}) must be shorter than the queues' acquire_timeout: "
+                "acks held longer would outlive their locks")
         if heartbeat is not None:
             if duration_ms(heartbeat, "heartbeat") < 1:
                 raise InvalidArgumentError("heartbeat must be positive")
@@ -138,6 +150,8 @@ class WorkerBase:
         self.idle_poll = idle_poll
         self.grace_period = grace_period
         self.heartbeat = heartbeat
+        # how long the first handler to return waits for others to share its ack's statement
+        self.ack_window = ack_window
         self.wake_ups = wake_ups
         # who claims, in the history and in claimed_by (None: each thread or task by name)
         self.name = name

@@ -82,6 +82,9 @@ def register(sub) -> None:
                    help="seconds a claimed message stays locked")
     p.add_argument("--heartbeat", type=_seconds, default=None,
                    help="renew the locks of running messages every this many seconds")
+    p.add_argument("--ack-window", type=_seconds, default=timedelta(milliseconds=20),
+                   help="seconds a returned handler's ack waits for others to share its "
+                        "statement")
     p.add_argument("--idle-poll", type=_seconds, default=timedelta(seconds=1),
                    help="longest sleep when nothing is due, in seconds")
     p.add_argument("--grace", type=_seconds, default=timedelta(seconds=30),
@@ -199,7 +202,8 @@ def run_worker(args: argparse.Namespace) -> int:
                 "mode": ProcessingMode.TRANSACTIONAL if args.transactional
                 else ProcessingMode.AT_LEAST_ONCE,
                 "idle_poll": args.idle_poll, "grace_period": args.grace,
-                "heartbeat": args.heartbeat, "processes": args.processes}
+                "heartbeat": args.heartbeat, "ack_window": args.ack_window,
+                "processes": args.processes}
     url = database_url(args)
     if inspect.iscoroutinefunction(handler) or is_async_url(url):
         # an async def handler, or an async driver in the URL: the asyncio worker

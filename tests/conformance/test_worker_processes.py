@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,12 @@ def slow(envelope) -> None:
     _write(f"done {envelope.key}")
 
 
+def timed(envelope) -> None:
+    _write(f"start {envelope.key} {time.monotonic()}")
+    time.sleep(0.05)  # the handler's work
+    _write(f"done {envelope.key} {time.monotonic()}")
+
+
 # the same as async def: `sqldelay worker` runs them on the asyncio worker
 async def record_async(envelope) -> None:
     record(envelope)
@@ -58,6 +65,12 @@ async def slow_async(envelope) -> None:
     _write(f"start {envelope.key}")
     await asyncio.sleep(0.5)
     _write(f"done {envelope.key}")
+
+
+async def timed_async(envelope) -> None:
+    _write(f"start {envelope.key} {time.monotonic()}")
+    await asyncio.sleep(0.05)
+    _write(f"done {envelope.key} {time.monotonic()}")
 
 
 def handler_for(target, name: str) -> str:
@@ -140,6 +153,47 @@ def test_worker_processes_handle_each_of_20000_messages_exactly_once(make_queue,
     stats = q.stats()
     assert (stats.due, stats.scheduled, stats.in_flight) == (0, 0, 0)
     assert len(list(out.parent.glob(f"{out.name}.*"))) >= 2, "only one process did any work"
+
+
+# what a killed worker may leave unacked of the handlers that returned before the kill: those
+# that returned within its ack window (20 ms) and the ack's round trip, with room for a slow one
+ACK_ALLOWANCE = 0.5
+
+
+@pytest.mark.slow
+def test_after_sigkill_only_the_messages_in_flight_and_just_handled_come_back(
+        make_queue, backend_url, table_name, tmp_path, target, front):
+    q = make_queue(clock=SystemClock())
+    keys = [f"k{i:02}" for i in range(40)]
+    q.offer_many([Message(k, i) for i, k in enumerate(keys)])
+    out = tmp_path / "out"
+    # one batch holds every message: before acks left on their own, none of the batch's
+    # successes was acked until the batch was done
+    proc = worker_process(url_for(target, backend_url), table_name, q.name,
+                          handler_for(target, "timed"), out, "--batch-size", "40")
+    try:
+        wait_for(lambda: sum(x.startswith("done") for x in lines(out)) >= 25,
+                 what="25 handlers to return")
+        killed_at = time.monotonic()
+        proc.kill()
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first = lines(out)
+    done = {x.split()[1]: float(x.split()[2]) for x in first if x.startswith("done")}
+    started = {x.split()[1] for x in first if x.startswith("start")}
+    assert q.release_stuck(timedelta(0)) > 0  # the killed worker's locks, back at once
+    again: list[str] = []
+    front.worker(q, lambda envelope: again.append(envelope.key), batch_size=40,
+                 listeners=[]).drain()
+    assert sorted(set(again) | set(done)) == keys and len(again) == len(set(again))
+    returned_again = {k for k in again if k in done}
+    just_returned = {k for k, at in done.items() if at >= killed_at - ACK_ALLOWANCE}
+    assert returned_again <= just_returned, (
+        f"{len(returned_again - just_returned)} handled long before the kill came back")
+    assert set(again) - set(done) == set(keys) - set(done)  # the rest, started or not
+    assert started - set(done) <= set(again)
 
 
 def _children(parent: int) -> set[int]:

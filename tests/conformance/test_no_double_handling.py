@@ -1,0 +1,181 @@
+"""A live worker never lets another consumer handle a message it holds: its acks leave as soon
+as its handlers return (never waiting for the next claim), and with ``heartbeat=`` every
+message it holds, waiting for a handler, being handled or waiting for its ack, keeps its lock.
+
+Every count here comes from the handlers' own records (who started what), not from the
+library's counters.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import random
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from sqldelay import Message, SystemClock
+
+from .test_worker import in_thread, wait_for
+
+S = timedelta(seconds=1)
+MS = timedelta(milliseconds=1)
+
+
+class Starts:
+    """Each handler start, as (key, worker), written by the handlers themselves."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[tuple[str, str]] = []
+
+    def add(self, key: str, worker: str) -> None:
+        with self.lock:
+            self.seen.append((key, worker))
+
+    def twice(self) -> dict[str, int]:
+        with self.lock:
+            counts = collections.Counter(key for key, _ in self.seen)
+        return {key: n for key, n in counts.items() if n > 1}
+
+    def keys(self) -> set[str]:
+        with self.lock:
+            return {key for key, _ in self.seen}
+
+
+def test_an_ack_leaves_while_the_rest_of_its_batch_is_still_being_handled(make_queue, clock,
+                                                                         front):
+    q = make_queue()
+    q.offer_many([Message("quick", 1, clock.now() - 2 * S), Message("slow", 2, clock.now() - S)])
+    release = threading.Event()
+
+    def handler(envelope):
+        if envelope.key == "slow":
+            release.wait(30)
+
+    # one handler, a batch of two: "slow" starts after "quick" returned, and holds the batch
+    worker = front.worker(q, handler, batch_size=2, listeners=[])
+    thread = in_thread(worker.drain)
+    try:
+        wait_for(lambda: not q.contains("quick"), what="the ack of the message handled first")
+        assert q.contains("slow")  # its handler still runs: the ack did not wait for it
+    finally:
+        release.set()
+        thread.join(20)
+    assert not q.contains("slow")
+
+
+def test_a_live_worker_with_a_heartbeat_keeps_its_batch_from_a_second_worker(make_queue,
+                                                                            front):
+    # handlers that take a quarter of the lock, a batch of eight: the batch outlives the lock
+    # four times over, and its first messages wait for nothing once handled
+    q = make_queue(clock=SystemClock(), acquire_timeout=800 * MS)
+    other = make_queue(q.name, clock=SystemClock(), acquire_timeout=800 * MS)
+    keys = [f"k{i}" for i in range(8)]
+    q.offer_many([Message(k, i) for i, k in enumerate(keys)])
+    starts = Starts()
+
+    def handler_of(name):
+        def handler(envelope):
+            starts.add(envelope.key, name)
+            time.sleep(0.2)  # the handler's work
+        return handler
+
+    first = front.worker(q, handler_of("first"), batch_size=8, heartbeat=150 * MS,
+                         listeners=[])
+    second = front.worker(other, handler_of("second"), batch_size=8, heartbeat=150 * MS,
+                          idle_poll=50 * MS, listeners=[])
+    threads = [in_thread(first.run)]
+    try:
+        wait_for(lambda: len(starts.keys()) >= 5, what="the first worker well into its batch")
+        threads.append(in_thread(second.run))  # well past the batch's first lock expiry
+        wait_for(lambda: starts.keys() == set(keys) and q.stats().in_flight == 0
+                 and q.stats().due == 0, what="every message handled and acked")
+    finally:
+        first.stop()
+        second.stop()
+        for thread in threads:
+            thread.join(30)
+    assert starts.twice() == {}
+    assert {worker for _, worker in starts.seen} == {"first"}
+
+
+def test_a_message_whose_lock_was_lost_before_its_handler_started_is_not_handled(
+        make_queue, clock, front):
+    q = make_queue(acquire_timeout=10 * S)
+    thief = make_queue(q.name, acquire_timeout=10 * S)
+    q.offer_many([Message("a", 1, clock.now() - 2 * S), Message("b", 2, clock.now() - S)])
+    starts = Starts()
+    release = threading.Event()
+
+    def handler(envelope):
+        starts.add(envelope.key, "worker")
+        if envelope.key == "a":
+            envelope.extend(timedelta(hours=1))
+            release.wait(30)
+
+    # no heartbeat: "b" waits in the buffer while "a" runs (its lock renewed by its handler),
+    # and the lock of "b" runs out
+    worker = front.worker(q, handler, batch_size=2, listeners=[])
+    thread = in_thread(worker.drain)
+    try:
+        wait_for(lambda: (q.get("a").locked_until or clock.now()) > clock.now() + 30 * S,
+                 what="the first handler to renew its lock")
+        clock.advance(11 * S)
+        stolen = thief.poll()
+        assert stolen is not None and stolen.key == "b"
+    finally:
+        release.set()
+        thread.join(20)
+    assert starts.seen == [("a", "worker")]  # "b" belongs to the thief now
+    assert thief.ack(stolen)
+
+
+def _hog(stop) -> None:  # a process that keeps a core busy until told to stop
+    while not stop.is_set():
+        sum(range(10_000))
+
+
+@pytest.mark.slow
+def test_no_second_start_with_slow_handlers_many_workers_and_a_loaded_machine(make_queue,
+                                                                            front):
+    """Handlers from a tenth of the lock to twice it, four workers of three handlers with
+    batches larger than their concurrency, and both cores kept busy by other processes."""
+    lock = 600 * MS
+    queues = [make_queue(clock=SystemClock(), acquire_timeout=lock)]
+    queues += [make_queue(queues[0].name, clock=SystemClock(), acquire_timeout=lock)
+               for _ in range(3)]
+    keys = [f"m{i}" for i in range(60)]
+    durations = {k: random.uniform(0.06, 1.2) for k in keys}
+    queues[0].offer_many([Message(k, i) for i, k in enumerate(keys)])
+    starts = Starts()
+
+    def handler_of(name):
+        def handler(envelope):
+            starts.add(envelope.key, name)
+            time.sleep(durations[envelope.key])
+        return handler
+
+    workers = [front.worker(q, handler_of(f"w{i}"), concurrency=3, batch_size=5,
+                            heartbeat=lock / 4, idle_poll=50 * MS, listeners=[])
+               for i, q in enumerate(queues)]
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=_hog, args=(stop,), daemon=True) for _ in range(2)]
+    for hog in hogs:
+        hog.start()
+    threads = [in_thread(w.run) for w in workers]
+    try:
+        wait_for(lambda: starts.keys() == set(keys) and queues[0].stats().in_flight == 0
+                 and queues[0].stats().due == 0, timeout=120, what="every message handled")
+    finally:
+        stop.set()
+        for w in workers:
+            w.stop()
+        for thread in threads:
+            thread.join(30)
+        for hog in hogs:
+            hog.join(10)
+    assert starts.twice() == {}
