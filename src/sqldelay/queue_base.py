@@ -503,7 +503,11 @@ class QueueBase:
 
     def rate_limit_op(self, limit: int | None, per: timedelta) -> Op:
         """At most ``limit`` claims per ``per`` across every consumer (a token bucket holding
-        one period's worth, so a burst of ``limit`` after a quiet spell); None lifts it."""
+        one period's worth, so a burst of ``limit`` after a quiet spell); None lifts it.
+        Setting the limit the queue has already changes nothing: a new bucket, full, comes
+        only with a new limit or period (a process setting its limit at every start, or
+        every few seconds, would otherwise refill the bucket each time: 10 a second set
+        again every 0.25 s let 239 claims through in 5 s, where 60 were allowed)."""
         if limit is None:
             return self.settings_op(rate_limit=None, rate_period_ms=None, tokens_milli=None,
                                     refilled_at=None)
@@ -512,7 +516,8 @@ class QueueBase:
         if period < 1:
             raise InvalidArgumentError("per must be at least a millisecond")
         return self.settings_op(rate_limit=limit, rate_period_ms=period,
-                                tokens_milli=limit * 1000, refilled_at=self.now_ms())
+                                tokens_milli=limit * 1000, refilled_at=self.now_ms(),
+                                unless_same=("rate_limit", "rate_period_ms"))
 
     def concurrency_limit_op(self, limit: int | None) -> Op:
         """At most ``limit`` messages of the queue in flight across every consumer."""

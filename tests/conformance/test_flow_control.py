@@ -438,6 +438,29 @@ def test_the_rate_limit_is_a_token_bucket_spent_by_every_consumer(make_queue, cl
     assert len(queue.poll_many(100)) == 50 - 11
 
 
+
+def test_setting_the_same_rate_limit_again_leaves_the_bucket_as_it_is(make_queue, clock):
+    # A process that sets its queue's limit at every start (or every few seconds) must not
+    # refill the bucket each time: 10 a second set again every 0.25 s let 239 claims
+    # through in 5 s, where 60 were allowed
+    queue = make_queue()
+    other = make_queue(queue.name)  # another process, setting the same limit
+    queue.offer_many([Message(f"k{i}", i) for i in range(50)])
+    queue.set_rate_limit(5, per=S)
+    assert len(queue.poll_many(10)) == 5  # the bucket spent
+    other.set_rate_limit(5, per=S)
+    assert queue.poll_many(10) == []  # still spent
+    clock.advance(S / 5)
+    queue.set_rate_limit(5, per=timedelta(milliseconds=1000))  # the same, said otherwise
+    assert len(other.poll_many(10)) == 1  # one token back, no more
+    assert queue.poll_many(10) == []
+    # a new limit, or a new period, is a new bucket, full
+    queue.set_rate_limit(8, per=S)
+    assert len(queue.poll_many(20)) == 8
+    other.set_rate_limit(8, per=2 * S)
+    assert len(other.poll_many(20)) == 8
+    assert (queue.flow_control().rate_limit, queue.flow_control().rate_period) == (8, 2 * S)
+
 def test_a_claim_whose_tokens_another_spent_first_takes_only_what_is_left(make_queue, front,
                                                                          engine):
     # Another consumer spends two of the three tokens while this claim runs: the claim must

@@ -175,7 +175,7 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     and the ungrouped messages locked, all marked), the claim of a rate-limited queue charging
     its bucket at the end (and on credit, without reading the settings first), the ack of
     grouped messages freeing their groups, the freeing and extending of a group (nothing on
-    PostgreSQL, which keeps no group rows), and a change of settings."""
+    PostgreSQL, which keeps no group rows), and changes of settings."""
     out = []
 
     def record(label, op, results=()):
@@ -229,6 +229,10 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("free groups", lambda c: dao.free_groups(c, kind, "L", ["g1", "g2"]))
     record("extend group", lambda c: dao.extend_group(c, kind, "L", "g1", 900))
     record("settings", lambda c: dao.write_settings(c, kind, paused=1), absent)
+    # a rate limit set as ``rate_limit_op`` sets it: written only where it changes
+    record("rate limit", lambda c: dao.write_settings(
+        c, kind, rate_limit=10, rate_period_ms=1000, tokens_milli=10_000, refilled_at=5,
+        unless_same=("rate_limit", "rate_period_ms")), absent)
     return out
 
 

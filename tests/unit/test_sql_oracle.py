@@ -168,6 +168,23 @@ def test_claim_marks_ids_in_lists_under_the_limit(dao):
     assert sum(sizes) == 2500 and max(sizes) < IN_LIST_LIMIT
 
 
+
+def test_a_rate_limit_is_written_only_where_it_changes(dao):
+    # setting the limit a queue already has must not refill its bucket: the UPDATE of the
+    # settings row carries the condition itself, so a concurrent setter sees the other's write
+    recorded = [(stmt, params) for label, stmt, params in flow_recordings(dao, DIALECT, "q|json")
+                if label.startswith("rate limit")]
+    update, params = recorded[-1]
+    sql = render(update, params, DIALECT)
+    assert sql.startswith("UPDATE dq_settings SET rate_limit=")
+    assert sql.endswith(" WHERE dq_settings.pkind = :pkind_1 AND (dq_settings.rate_limit IS NULL "
+                        "OR dq_settings.rate_limit != :rate_limit_1 OR "
+                        "dq_settings.rate_period_ms IS NULL OR "
+                        "dq_settings.rate_period_ms != :rate_period_ms_1)")
+    compiled = update.compile(dialect=DIALECT)
+    assert (compiled.params["rate_limit_1"], compiled.params["rate_period_ms_1"]) == (10, 1000)
+    assert_oracle([render(stmt, params, DIALECT) for stmt, params in recorded])
+
 def test_flow_control_statements_parse(dao):
     # pause, limits and groups: every statement of a controlled claim, of freeing and
     # extending a group and of a settings change, compiled here and read by sqlglot

@@ -235,11 +235,19 @@ class FlowControl:
                          s.c.max_in_flight).where(s.c.pkind == sa.bindparam("b_kind"))
         return {False: stmt, True: self.lock_rows(stmt, s, skip=False)}
 
-    def write_settings(self, conn: sa.Connection, pkind: str, **values) -> None:
-        """Set columns of ``pkind``'s settings row, creating it first if absent."""
+    def write_settings(self, conn: sa.Connection, pkind: str, *,
+                       unless_same: Sequence[str] = (), **values) -> None:
+        """Set columns of ``pkind``'s settings row, creating it first if absent; with
+        ``unless_same`` (columns among ``values``, set to values other than NULL), only where
+        one of them would change: setting them to what they hold changes nothing else either.
+        The condition is the UPDATE's own, so writers that race each see the other's write."""
         s = self.settings
         self.insert_absent(conn, s, pkind, [{}])
-        conn.execute(sa.update(s).where(s.c.pkind == pkind).values(**values))
+        stmt = sa.update(s).where(s.c.pkind == pkind)
+        if unless_same:
+            stmt = stmt.where(sa.or_(*(cond for c in unless_same
+                                       for cond in (s.c[c].is_(None), s.c[c] != values[c]))))
+        conn.execute(stmt.values(**values))
 
     # ---- the controlled claim -------------------------------------------------------------
 

@@ -103,6 +103,12 @@ INSERT INTO delayed_queue_settings (pkind) SELECT u.pkind FROM unnest(:pkind::VA
 -- settings 1
 UPDATE delayed_queue_settings SET paused=:paused::SMALLINT WHERE delayed_queue_settings.pkind = :pkind_1::VARCHAR;
 
+-- rate limit 0
+INSERT INTO delayed_queue_settings (pkind) SELECT u.pkind FROM unnest(:pkind::VARCHAR(100)[]) AS u(pkind) ON CONFLICT DO NOTHING;
+
+-- rate limit 1
+UPDATE delayed_queue_settings SET rate_limit=:rate_limit::INTEGER, rate_period_ms=:rate_period_ms::BIGINT, tokens_milli=:tokens_milli::BIGINT, refilled_at=:refilled_at::BIGINT WHERE delayed_queue_settings.pkind = :pkind_1::VARCHAR AND (delayed_queue_settings.rate_limit IS NULL OR delayed_queue_settings.rate_limit != :rate_limit_1::INTEGER OR delayed_queue_settings.rate_period_ms IS NULL OR delayed_queue_settings.rate_period_ms != :rate_period_ms_1::BIGINT);
+
 -- offer by 0
 WITH written AS (INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries, priority, group_key, enqueued_by) SELECT :b_kind::VARCHAR AS anon_1, u.k AS k, u.p AS p, u.a AS a, u.a AS a__1, :b_now::BIGINT AS anon_2, :param_1::INTEGER AS anon_3, u.r AS r, u.g AS g, :b_by::VARCHAR AS anon_4 FROM unnest(array((SELECT keys_v.v FROM json_array_elements_text(CAST(:keys::VARCHAR AS JSON)) WITH ORDINALITY AS keys_v(v, n) ORDER BY keys_v.n)), :payloads::BYTEA[], CAST(:ats::VARCHAR AS BIGINT[]), CAST(:priorities::VARCHAR AS INTEGER[]), array((SELECT groups_v.v FROM json_array_elements_text(CAST(:groups::VARCHAR AS JSON)) WITH ORDINALITY AS groups_v(v, n) ORDER BY groups_v.n))) AS u(k, p, a, r, g) ON CONFLICT (pkind, pkey) DO UPDATE SET payload = excluded.payload, scheduled_at = excluded.scheduled_at, scheduled_at_initially = excluded.scheduled_at_initially, lock_uuid = :param_2::VARCHAR, created_at = excluded.created_at, deliveries = :param_3::INTEGER, priority = excluded.priority, group_key = excluded.group_key, enqueued_by = excluded.enqueued_by WHERE delayed_queue.payload != excluded.payload OR delayed_queue.scheduled_at_initially != excluded.scheduled_at_initially OR delayed_queue.priority != excluded.priority OR delayed_queue.group_key IS DISTINCT FROM excluded.group_key RETURNING delayed_queue.pkey, xmax = :xmax_1::INTEGER AS inserted, delayed_queue.scheduled_at) SELECT written.pkey, written.inserted, CASE WHEN (written.scheduled_at <= :b_now::BIGINT) THEN pg_notify(:pg_notify_1::VARCHAR, :b_kind::VARCHAR) END AS woke FROM written;
 

@@ -148,6 +148,15 @@ INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind);
 -- settings 2
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
 
+-- rate limit 0
+SELECT delayed_queue_settings.pkind FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
+
+-- rate limit 1
+INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind);
+
+-- rate limit 2
+UPDATE delayed_queue_settings SET rate_limit=:rate_limit, rate_period_ms=:rate_period_ms, tokens_milli=:tokens_milli, refilled_at=:refilled_at WHERE delayed_queue_settings.pkind = :pkind_1 AND (delayed_queue_settings.rate_limit IS NULL OR delayed_queue_settings.rate_limit != :rate_limit_1 OR delayed_queue_settings.rate_period_ms IS NULL OR delayed_queue_settings.rate_period_ms != :rate_period_ms_1);
+
 -- offer by 0
 SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1);
 
