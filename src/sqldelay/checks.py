@@ -101,3 +101,9 @@ def storable_text(text: str) -> str:
 
 def _describe(char: str) -> str:
     return "a NUL character" if char == "\x00" else f"the lone surrogate U+{ord(char):04X}"
+
+
+def readable_ms(ms: int) -> int:
+    """``ms`` moved to the nearest time a datetime holds: how a row stored by hand or by
+    another client with a time past the years 1-9999 is shown and kept as a dead letter."""
+    return min(max(int(ms), MIN_TIME_MS), MAX_TIME_MS)

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .checks import check_key, check_positive_int, time_ms
+from .checks import check_key, check_positive_int, readable_ms, time_ms
 from .clock import Clock, DatabaseClock, from_ms, to_ms
 from .dialects import OfferRow, dao_class_for
 from .dialects.base import chunked
@@ -87,7 +87,8 @@ class DeadLettersBase:
             now = queue.now_ms()
             conn.execute(sa.insert(t).values(
                 pkind=row.pkind, pkey=row.pkey, payload=row.payload,
-                scheduled_at_initially=row.scheduled_at_initially, created_at=row.created_at,
+                scheduled_at_initially=readable_ms(row.scheduled_at_initially),
+                created_at=readable_ms(row.created_at),
                 attempts=row.deliveries, last_error=text, failed_at=now,
                 priority=row.priority, group_key=row.group_key, enqueued_by=row.enqueued_by))
             if row.group_key is not None:  # the group's next message may go

@@ -8,7 +8,7 @@ raise the same errors: bad input fails while an operation is built, before any I
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -31,7 +31,7 @@ from .messages import (
     QueuedMessage,
     QueueStats,
 )
-from .queue_base import Call, OfferPlan, QueueBase
+from .queue_base import Call, OfferPlan, QueueBase, Undecodable
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 from .tracing import ACK, CLAIM, OFFER, Tracer
@@ -154,18 +154,39 @@ class AsyncDelayedQueue(QueueBase):
         earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
         the consumer (stored as ``claimed_by``; with history its default is this thread or
         task, host:pid:name)."""
-        op = self.claim_op(limit, by, own_transaction=connection is None)
+        op, undecodable = self.claim_op(limit, by, own_transaction=connection is None)
         run = partial(self.executor.run, op, write=True, connection=connection,
                       read_committed=not self.backlog)
         with self.tracer.span(CLAIM, self.name, limit):
-            try:
-                return await run(one_statement=self.claim_alone)
-            except NeedsTransaction:  # a queue under flow control: claimed in a transaction
-                pass
-            try:
-                return await run()
-            except Raced:  # its rate-limit tokens spent by another claim: locked first
-                return await run()
+            envelopes = await self._claim(run)
+        if undecodable:
+            await self._bury_undecodable(undecodable, connection)
+        return envelopes
+
+    async def _claim(self, run: Callable[..., Any]) -> list[Envelope]:
+        try:
+            return await run(one_statement=self.claim_alone)
+        except NeedsTransaction:  # a queue under flow control: claimed in a transaction
+            pass
+        try:
+            return await run()
+        except Raced:  # its rate-limit tokens spent by another claim: locked first
+            return await run()
+
+    async def _bury_undecodable(self, undecodable: list[Undecodable],
+                                connection: AsyncConnection | None) -> None:
+        """Messages a claim could not decode go to the dead letters, never to the caller (a
+        row written by hand or by another client must not stop a worker). Where that fails,
+        they come back when their locks expire and are tried again."""
+        for u in undecodable:
+            log.error("message %r of queue %s moved to the dead letters: %s", u.envelope.key,
+                      self.name, u.error)
+        try:
+            await self.executor.run(self.bury_undecodable_op(undecodable), write=True,
+                                    connection=connection)
+        except sa.exc.DBAPIError as exc:
+            log.warning("could not move undecodable messages of queue %s to the dead letters "
+                        "(they come back when their locks expire): %s", self.name, exc)
 
     async def ack(self, envelope: Envelope, *,
                   connection: AsyncConnection | None = None) -> bool:

@@ -9,12 +9,13 @@ dialect modules, once.
 
 from __future__ import annotations
 
+import traceback
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -25,9 +26,11 @@ from .checks import (
     check_positive_int,
     check_text,
     check_texts,
+    readable_ms,
     time_ms,
 )
 from .clock import Clock, DatabaseClock, duration_ms, from_ms, to_ms
+from .dead_letters_base import DeadLettersBase
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, ErrorKind, PayloadBudget, chunked
 from .dialects.flow import Control, Raced
@@ -85,6 +88,16 @@ class OfferPlan(Call):
     flags_groups: bool = False
     earliest_ms: int = 0
     first: Op | None = None
+
+
+class Undecodable(NamedTuple):
+    """A message claimed whose row could not be read, and why: a dead letter to be."""
+
+    envelope: Envelope
+    error: str
+
+
+_EPOCH = from_ms(0)
 
 
 class QueueBase:
@@ -307,20 +320,23 @@ class QueueBase:
         recorded one)."""
         return self.recorder is None and self.dao.claims_alone(self.control)
 
-    def claim_op(self, limit: int, by: str | None = None, *,
-                 own_transaction: bool = True) -> Callable[[sa.Connection], list[Envelope]]:
+    def claim_op(self, limit: int, by: str | None = None, *, own_transaction: bool = True
+                 ) -> tuple[Callable[[sa.Connection], list[Envelope]], list[Undecodable]]:
         """The claim of up to ``limit`` due messages (earliest first) under one lock id, held
-        by ``by`` (default, with history: this thread or task, host:pid:name).
-        ``own_transaction``: the op runs in a transaction of its own, so it may raise
-        NeedsTransaction (or Raced) to be run again."""
+        by ``by`` (default, with history: this thread or task, host:pid:name), and the list
+        in which it leaves the messages it claimed but could not decode, for the front to
+        bury (``bury_undecodable_op``). ``own_transaction``: the op runs in a transaction of
+        its own, so it may raise NeedsTransaction (or Raced) to be run again."""
         check_positive_int(limit, "limit")
         check_actor(by)
         actor = by if by is not None or self.recorder is None else current_actor()
         lock = str(uuid.uuid4())
         optimistic = own_transaction
+        undecodable: list[Undecodable] = []
 
         def op(conn: sa.Connection) -> list[Envelope]:
             nonlocal optimistic
+            undecodable.clear()  # of an attempt that did not commit
             # read at each attempt: a reading kept through pool waits, lock waits and
             # retries would shorten the lock and see fewer messages due
             now = self.now_ms(conn)
@@ -337,9 +353,38 @@ class QueueBase:
             if self.recorder is not None:
                 self.recorder.write(conn, self._claim_events(rows, now, until, actor))
             locked_until = from_ms(until)
-            return [self._envelope(r, lock, locked_until, actor) for r in rows]
+            try:
+                return [self._envelope(r, lock, locked_until, actor) for r in rows]
+            except Exception:  # a row this queue cannot read: the others are handled
+                return self._sort_out(rows, lock, locked_until, actor, undecodable)
 
-        return op
+        return op, undecodable
+
+    def _sort_out(self, rows: Sequence[ClaimedRow], lock: str, locked_until: datetime,
+                  actor: str | None, undecodable: list[Undecodable]) -> list[Envelope]:
+        """The envelopes of the rows that decode; the others go to ``undecodable`` (a payload
+        its serializer refuses, a time past what a datetime holds: written by an older
+        version, by hand or by another client), claimed like the rest so that nobody else
+        takes them before they are buried."""
+        envelopes = []
+        for r in rows:
+            try:
+                envelopes.append(self._envelope(r, lock, locked_until, actor))
+            except Exception as exc:
+                error = _unreadable(exc)
+                undecodable.append(Undecodable(Envelope(
+                    key=r.key, payload=None, scheduled_at=_EPOCH, created_at=_EPOCH,
+                    attempt=r.deliveries, locked_until=locked_until, priority=r.priority,
+                    group=r.group, row_id=r.id, lock=lock, queue=self,
+                    enqueued_by=r.enqueued_by, claimed_by=actor),
+                    f"the message cannot be read by queue {self.name!r}: {error}"))
+        return envelopes
+
+    def bury_undecodable_op(self, undecodable: Sequence[Undecodable]) -> Op:
+        """Move the messages a claim could not decode to the dead letters, with the reason."""
+        letters = DeadLettersBase.of(self)
+        ops = [letters.bury_op(u.envelope, u.error) for u in undecodable]
+        return lambda conn: [op(conn) for op in ops]
 
     def _claim_events(self, rows: Sequence[ClaimedRow], now: int, until: int,
                       actor: str | None) -> list[dict]:
@@ -707,16 +752,32 @@ class QueueBase:
 
 
 def queued_message(row, serializer: Serializer, now_ms: int) -> QueuedMessage:
-    """A whole row of the queue table as the public API shows a stored message."""
+    """A whole row of the queue table as the public API shows a stored message; one that
+    cannot be read says why (``unreadable``) rather than failing the read or the page."""
     in_flight = row.lock_uuid is not None and row.scheduled_at > now_ms
+    try:
+        payload = serializer.decode(row.payload)
+        times = [from_ms(ms) for ms in (row.scheduled_at_initially, row.created_at,
+                                        row.scheduled_at)]
+        unreadable = None
+    except Exception as exc:
+        payload = None
+        times = [from_ms(readable_ms(ms)) for ms in (row.scheduled_at_initially,
+                                                     row.created_at, row.scheduled_at)]
+        unreadable = _unreadable(exc)
+    scheduled_at, created_at, next_due = times
     return QueuedMessage(
-        key=row.pkey, payload=serializer.decode(row.payload),
-        scheduled_at=from_ms(row.scheduled_at_initially),
-        created_at=from_ms(row.created_at), deliveries=row.deliveries,
-        in_flight=in_flight, priority=row.priority, group=row.group_key,
-        enqueued_by=row.enqueued_by, claimed_by=row.claimed_by if in_flight else None,
-        locked_until=from_ms(row.scheduled_at) if in_flight else None,
-        next_due=from_ms(row.scheduled_at))
+        key=row.pkey, payload=payload, scheduled_at=scheduled_at, created_at=created_at,
+        deliveries=row.deliveries, in_flight=in_flight, priority=row.priority,
+        group=row.group_key, enqueued_by=row.enqueued_by,
+        claimed_by=row.claimed_by if in_flight else None,
+        locked_until=next_due if in_flight else None, next_due=next_due,
+        unreadable=unreadable)
+
+
+def _unreadable(exc: Exception) -> str:
+    """Why a stored row cannot be read, in one line: the decoder's (or the time's) error."""
+    return "".join(traceback.format_exception_only(exc)).strip()
 
 
 class _Checked:

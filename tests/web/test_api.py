@@ -418,3 +418,24 @@ def test_the_dashboard_page_shows_nothing_without_a_token(anonymous, http):
     assert anonymous.get("/assets/nothing.js").status_code == 404
     assert anonymous.get("/v1/throughput").status_code == 401
     assert http.get("/v1/throughput").json()["problem"] is None  # the table keeps history
+
+
+def test_a_row_that_cannot_be_read_is_shown_with_the_reason_not_a_500(http, q, engine,
+                                                                     table_name):
+    from sqldelay import queue_table
+
+    q.offer("good", 1)
+    q.offer("spoiled", 2)
+    t = queue_table(sa.MetaData(), table_name)
+    with engine.begin() as conn:  # as a client of another kind, or a person, might write it
+        conn.execute(sa.update(t).where(t.c.pkind == q.pkind, t.c.pkey == "spoiled")
+                     .values(payload=b"{", scheduled_at_initially=10**16))
+    r = http.get(url(q, "spoiled"))
+    assert r.status_code == 200
+    body = r.json()
+    assert body["payload"] is None and "JSONDecodeError" in body["unreadable"]
+    assert body["scheduled_at"].startswith("9999-12-31")
+    r = http.get(url(q), params={"state": "due"})
+    assert r.status_code == 200
+    shown = {m["key"]: m for m in r.json()["messages"]}
+    assert set(shown) == {"good", "spoiled"} and "unreadable" not in shown["good"]

@@ -292,12 +292,15 @@ def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict:
         state = "in_flight"
     else:
         state = "due" if m.next_due <= now else "scheduled"
-    return {"queue": queue, "key": m.key, "state": state, "payload": m.payload,
-            "due_at": _iso(m.next_due), "scheduled_at": _iso(m.scheduled_at),
-            "created_at": _iso(m.created_at),
-            "attempt": m.deliveries, "priority": m.priority, "group": m.group,
-            "locked_until": _iso(m.locked_until), "claimed_by": m.claimed_by,
-            "enqueued_by": m.enqueued_by}
+    out = {"queue": queue, "key": m.key, "state": state, "payload": m.payload,
+           "due_at": _iso(m.next_due), "scheduled_at": _iso(m.scheduled_at),
+           "created_at": _iso(m.created_at),
+           "attempt": m.deliveries, "priority": m.priority, "group": m.group,
+           "locked_until": _iso(m.locked_until), "claimed_by": m.claimed_by,
+           "enqueued_by": m.enqueued_by}
+    if m.unreadable is not None:  # stored by hand or by another client: shown, not a 500
+        out["unreadable"] = m.unreadable
+    return out
 
 
 def dead_letter_json(d: DeadLetter) -> dict:

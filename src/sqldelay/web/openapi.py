@@ -101,7 +101,11 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
             "attempt": {"type": "integer", "description": "deliveries so far"},
             "priority": {"type": "integer"}, "group": {"type": ["string", "null"]},
             "locked_until": _NULLABLE_TIME, "claimed_by": {"type": ["string", "null"]},
-            "enqueued_by": {"type": ["string", "null"]}}},
+            "enqueued_by": {"type": ["string", "null"]},
+            "unreadable": {"type": "string",
+                           "description": "present when the stored row cannot be read "
+                                          "(written by hand or by another client): why; "
+                                          "its payload is then null"}}},
         "DeadLetter": {"type": "object", "required": ["queue", "key", "state", "id",
                                                       "attempts", "last_error", "failed_at"],
                        "properties": {
