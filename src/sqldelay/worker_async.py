@@ -56,6 +56,7 @@ from .worker_base import (
     Rotation,
     WorkerBase,
     error_text,
+    trouble,
 )
 
 log = logging.getLogger("sqldelay.worker")
@@ -704,7 +705,7 @@ class AsyncWorker(WorkerBase):
 
     def _outage(self, state) -> None:
         error = state.outcome.exception()
-        log.warning("database unavailable, retrying in %.2fs: %s: %s",
+        log.warning("%s, retrying in %.2fs: %s: %s", trouble(error, self.queues.values()),
                     state.upcoming_sleep, type(error).__name__, str(error).splitlines()[0])
         self._events.emit("crashed", error, True)
 

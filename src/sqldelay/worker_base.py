@@ -318,6 +318,15 @@ def is_outage(exc: BaseException, queues: Iterable[Any]) -> bool:
                for q in queues))
 
 
+def trouble(exc: BaseException, queues: Iterable[Any]) -> str:
+    """What an error worth riding out is, for the log: a deadlock or a lock wait that timed
+    out is the database at work, not a database gone."""
+    if isinstance(exc, sa.exc.DBAPIError) and not exc.connection_invalidated and any(
+            q.dao.classify(exc) is ErrorKind.TRANSIENT for q in queues):
+        return "transient database error (a deadlock, a lock wait timeout or a busy database)"
+    return "database unavailable"
+
+
 def error_text(error: BaseException) -> str:
     """The error first (it survives truncation), then where it came from."""
     head = "".join(traceback.format_exception_only(error)).strip()
