@@ -89,16 +89,18 @@ def test_an_ack_waits_for_no_other_consumer_in_a_new_small_table(fresh_table, en
     assert queue.stats().due == 15
 
 
+@pytest.mark.parametrize("history", [False, True], ids=["plain", "history"])
 def test_an_ack_of_nearly_every_message_of_a_small_table_waits_for_no_other_consumer(
-        fresh_table, engine):
+        fresh_table, engine, history):
     # An ack of 39 of a table's 40 messages, one held by another consumer's open claim, in
     # the caller's transaction at the database's default level. MariaDB planned the DELETE
     # by id as a read of the whole table once the ids listed reached the rows it thought the
     # table held, and at REPEATABLE READ waited for the other consumer's row, outside the
     # ack's own list: two such acks deadlocked. (The other claim takes exactly what is due:
     # one that asked for more would read on past it and, at REPEATABLE READ, lock the next
-    # entry of its index, one of the ack's rows.)
-    queue = DelayedQueue(engine, "small", table_name=fresh_table)
+    # entry of its index, one of the ack's rows.) A queue keeping history acks with
+    # statements that say what they deleted.
+    queue = DelayedQueue(engine, "small", table_name=fresh_table, history=history)
     queue.offer_many([Message(f"m{i}", i) for i in range(40)])
 
     def ack() -> int:

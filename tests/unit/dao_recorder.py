@@ -262,7 +262,10 @@ def history_recordings(dao, dialect: sa.Dialect, kind: str,
     record("events", lambda c: recorder.write(c, [
         recorder.event(kind, EventKind.CLAIMED, "k", 100, actor="w1", attempt=1, detail="d"),
         recorder.event(kind, EventKind.ACKED, "k", 200, actor="w1", attempt=1)]))
-    record("ack_many which", lambda c: dao.ack_many_which(c, "L", [7, 8]), with_rows(key_rows))
+    # MySQL and MariaDB read an ack's rows through the primary key first, whatever their
+    # DELETE can return (``MySQLQueueDao.delete_which``)
+    record("ack_many which", lambda c: dao.ack_many_which(c, "L", [7, 8]),
+           [key_rows] if dao.name in ("mysql", "mariadb") else with_rows(key_rows))
     record("drop which", lambda c: dao.delete_which(c, dao.table.c.pkind == kind,
                                                      dao.table.c.pkey == "k"),
            with_rows(key_rows))

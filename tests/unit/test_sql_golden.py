@@ -9,7 +9,6 @@ inside operations are covered too. After an intended change, regenerate the file
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -104,20 +103,11 @@ def test_statements_match_golden_sql(name):
     assert text == path.read_text()
 
 
-def mariadb_only(name: str, sql: str) -> bool:
-    """MariaDB's DELETE … LIMIT n RETURNING (a queue keeping history acks so), which
-    sqlglot's MySQL grammar does not read; it runs against the MariaDB server in the
-    conformance tests."""
-    return name == "mariadb" and re.search(r" LIMIT \d+ RETURNING ", sql) is not None
-
-
 @pytest.mark.parametrize("name", DIALECTS)
 def test_statements_parse_in_the_databases_grammar(name):
     grammar = DIALECTS[name][1]
-    bad = [label for label, sql in emitted(name)
-           if not mariadb_only(name, sql) and not parses(sql, grammar)]
+    bad = [label for label, sql in emitted(name) if not parses(sql, grammar)]
     assert not bad
-    assert (name == "mariadb") == any(mariadb_only(name, sql) for _, sql in emitted(name))
 
 
 def test_claims_lock_with_skip_locked_where_rows_can_be_locked():
@@ -130,15 +120,16 @@ def test_claims_lock_with_skip_locked_where_rows_can_be_locked():
 def test_mysql_and_mariadb_dialect_names_send_the_same_statements():
     # the anchor trap: MySQL-only SQL silently dropped under the "mariadb" dialect name; only
     # the DDL differs (the no-pad binary collation has a different name on each server),
-    # deletions that say which keys went (MariaDB has DELETE ... RETURNING, MySQL does not),
-    # and the read of group heads (MariaDB finds the heads' ids in a derived table, then
+    # deletions by key that say which keys went (MariaDB has DELETE ... RETURNING, MySQL
+    # does not; an ack by id reads its rows through the primary key first on both), and the
+    # read of group heads (MariaDB finds the heads' ids in a derived table, then
     # locks them by primary key)
     def heads(sql: str) -> bool:
         return "(SELECT (SELECT delayed_queue.id" in sql
 
     def dml(name):
         return [sql for label, sql in emitted(name)
-                if not label.startswith(("ddl", "ack_many which", "drop which"))
+                if not label.startswith(("ddl", "drop which"))
                 and not heads(sql)]
 
     assert dml("mysql") == dml("mariadb")

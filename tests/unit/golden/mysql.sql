@@ -173,10 +173,10 @@ UPDATE delayed_queue FORCE INDEX (PRIMARY) SET scheduled_at=:until, lock_uuid=:l
 INSERT INTO delayed_queue_history (pkind, pkey, at, kind, actor, attempt, detail) VALUES (:pkind_0, :pkey_0, :at_0, :kind_0, :actor_0, :attempt_0, :detail_0), (:pkind_1, :pkey_1, :at_1, :kind_1, :actor_1, :attempt_1, :detail_1);
 
 -- ack_many which 0
-SELECT delayed_queue.id, delayed_queue.pkey FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock_uuid_1 AND delayed_queue.id IN (:id_1_1, :id_1_2) LIMIT :param_1 FOR UPDATE;
+SELECT delayed_queue.id, delayed_queue.pkey FROM delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock_uuid_1 AND delayed_queue.id IN (:id_1_1, :id_1_2) FOR UPDATE;
 
 -- ack_many which 1
-DELETE FROM delayed_queue WHERE delayed_queue.id IN (:id_1_1) LIMIT 1;
+DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock_uuid_1 AND delayed_queue.id IN (:id_1_1, :id_1_2);
 
 -- drop which 0
 SELECT delayed_queue.id, delayed_queue.pkey FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1 FOR UPDATE;
