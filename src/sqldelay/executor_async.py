@@ -3,9 +3,10 @@
 An operation is a plain function of a SQLAlchemy ``Connection`` (see ``concurrency_async``):
 the same function serves both front ends. Given the caller's ``connection``, it joins the
 caller's transaction: it neither commits nor retries (a deadlock has already rolled the
-caller's work back; only the caller can redo it). Otherwise each operation gets its own
-transaction, retried with bounded exponential backoff and jitter when the database reports a
-transient error.
+caller's work back; only the caller can redo it), and an operation that writes takes the locks
+its reads need first, as it would in a transaction of its own (``QueueDao.join_write``).
+Otherwise each operation gets its own transaction, retried with bounded exponential backoff
+and jitter when the database reports a transient error.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class AsyncExecutor:
         try:
             if connection is not None:
                 check_connection(connection)
-                return await run_op(connection, op)
+                return await run_op(connection, partial(self._joined, op) if write else op)
             if one_statement and self.dao.autocommit_one_statement:
                 attempt = partial(self._alone, op)
             else:
@@ -80,6 +81,10 @@ class AsyncExecutor:
                     "history=True there (-x history=true)"
                 ) from exc
             raise
+
+    def _joined(self, op: Callable[[sa.Connection], T], conn: sa.Connection) -> T:
+        self.dao.join_write(conn)  # the caller's transaction: SQLite's write lock first
+        return op(conn)
 
     async def _once(self, op: Callable[[sa.Connection], T], write: bool,
                     read_committed: bool) -> T:

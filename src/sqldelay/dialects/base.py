@@ -258,6 +258,12 @@ class QueueDao(FlowControl):
     def begin_write(self, conn: sa.Connection) -> None:
         """Called first in every transaction sqldelay opens to write."""
 
+    def join_write(self, conn: sa.Connection) -> None:
+        """Called first when an operation that writes joins the caller's transaction
+        (``connection=``): where the database's locks must be taken before the operation's
+        reads for what it reads to hold until it writes (SQLite's one write lock), take
+        them. Nothing here: the operations' own locking reads do."""
+
     def begin_read_committed(self, conn: sa.Connection) -> None:
         """Called before ``begin_write`` in the transactions sqldelay opens whose locking
         reads may pass the end of what they take (offers of new keys, claims that may find

@@ -3,7 +3,11 @@
 A write transaction starts with ``BEGIN IMMEDIATE`` so it takes the write lock up front; a
 deferred transaction that reads first and then writes can fail with SQLITE_BUSY no matter how
 long it waits. With the write lock held nothing can change between a read and the following
-write, so the portable select-then-update claim needs no row locks (and SQLite has none).
+write, so the portable select-then-update claim needs no row locks (and SQLite has none). An
+operation that writes in the caller's transaction (``connection=``) takes the write lock first
+too (``join_write``): Python's sqlite3 driver runs a SELECT outside any transaction and begins
+one only at the next write, so a claim's read there saw rows another claim was taking, and
+its update, by id, marked them (or, once SQLite had reused a deleted row's id, another key's).
 """
 
 from __future__ import annotations
@@ -60,13 +64,38 @@ class SQLiteQueueDao(QueueDao):
             conn.exec_driver_sql("PRAGMA journal_mode=WAL")
 
     def begin_write(self, conn: sa.Connection) -> None:
-        # the driver's own connection (sqlite3's, or aiosqlite's, which forwards the property)
-        if not conn.connection.driver_connection.in_transaction:
+        self._write_lock_first(conn, own=True)
+
+    def join_write(self, conn: sa.Connection) -> None:
+        self._write_lock_first(conn, own=False)
+
+    def _write_lock_first(self, conn: sa.Connection, *, own: bool) -> None:
+        """Take the write lock before the transaction's first read (``own``: the
+        transaction is sqldelay's, which commits it; otherwise the caller's)."""
+        if not conn.in_transaction():
+            conn.begin()  # as its first statement would (a listener that sends BEGIN runs now)
+        # the driver's own connection (sqlite3's, or aiosqlite's, which forwards these)
+        driver = conn.connection.driver_connection
+        if driver.in_transaction:
+            # begun, deferred or not (by the caller, or by a listener that sends BEGIN), and
+            # perhaps without the write lock yet: a write that changes nothing takes it before
+            # any read of the operation (or fails, SQLITE_BUSY, where the transaction read
+            # before another writer's commit: a caller's transaction is the caller's to run
+            # again, sqldelay's own is retried)
+            conn.execute(self._take_write_lock)
+        elif own or driver.isolation_level is not None:
+            # the driver has begun nothing and would begin, deferred, only at the first write:
+            # BEGIN IMMEDIATE is the transaction from here, which its commit or rollback ends.
+            # (A caller's connection whose driver is in autocommit, isolation_level None,
+            # runs each statement alone, as the caller asked: nothing is begun for it.)
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         self._dues: dict[tuple[str, ...], tuple[str, dict]] = {}
+        # a write that changes no row: what takes SQLite's write lock inside a transaction
+        # already begun (any UPDATE takes it when it starts, whatever rows it matches)
+        self._take_write_lock = sa.update(table).where(sa.false()).values(id=table.c.id)
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence]:
