@@ -218,6 +218,14 @@ class DelayedQueue(QueueBase):
         """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
         return self._run(self.extend_call(envelope, by), connection)
 
+    def extend_many(self, envelopes: Sequence[Envelope], by: timedelta | None = None, *,
+                    connection: Connection | None = None) -> list[Envelope]:
+        """``extend`` of many claimed messages, one statement per claim batch: the envelopes
+        whose locks still held (the others were lost)."""
+        if not envelopes:
+            return []
+        return self._run(self.extend_many_call(envelopes, by), connection)
+
     def _run(self, call: Call, connection: Connection | None) -> Any:
         return self.executor.run(call.op, write=True, connection=connection,
                                  one_statement=call.one_statement)

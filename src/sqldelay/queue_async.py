@@ -216,6 +216,14 @@ class AsyncDelayedQueue(QueueBase):
         """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
         return await self._run(self.extend_call(envelope, by), connection)
 
+    async def extend_many(self, envelopes: Sequence[Envelope], by: timedelta | None = None, *,
+                          connection: AsyncConnection | None = None) -> list[Envelope]:
+        """``extend`` of many claimed messages, one statement per claim batch: the envelopes
+        whose locks still held (the others were lost)."""
+        if not envelopes:
+            return []
+        return await self._run(self.extend_many_call(envelopes, by), connection)
+
     async def _run(self, call: Call, connection: AsyncConnection | None) -> Any:
         return await self.executor.run(call.op, write=True, connection=connection,
                                        one_statement=call.one_statement)

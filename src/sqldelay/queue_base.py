@@ -522,6 +522,44 @@ class QueueBase:
 
         return Call(op, envelope.group is None)
 
+    def extend_many_call(self, envelopes: Sequence[Envelope], by: timedelta | None) -> Call:
+        """Keep the locks of ``envelopes`` ``by`` (default: acquire_timeout) from now: the
+        envelopes whose locks still held (their ``locked_until`` then says the new expiry).
+        The locks of one claim batch that have not expired are renewed in one statement;
+        the others (expired, or of grouped messages) one by one, as ``extend`` judges them."""
+        lasting = self._acquire_ms if by is None else self._lasting(by, "by")
+        batches: dict[str, list[Envelope]] = {}
+        singles: list[Envelope] = []
+        for envelope in envelopes:
+            self.check_own(envelope)
+            if envelope.group is None:
+                batches.setdefault(envelope.lock, []).append(envelope)
+            else:
+                singles.append(envelope)
+        one_by_one = [(envelope, self.extend_call(envelope, by).op) for envelope in singles]
+        dao = self.dao
+
+        def op(conn: sa.Connection) -> list[Envelope]:
+            now = self.now_ms(conn)
+            until = now + lasting
+            renewed: list[Envelope] = []
+            rest = list(one_by_one)
+            for lock, held in batches.items():
+                for chunk in chunked(held, dao.in_list_max):
+                    params = {"lock": lock, "ids": [e.row_id for e in chunk], "now": now,
+                              "until": until}
+                    if conn.execute(dao.renew_locks(len(chunk)), params).rowcount == len(chunk):
+                        locked_until = from_ms(until)
+                        for envelope in chunk:
+                            envelope.locked_until = locked_until
+                        renewed.extend(chunk)
+                    else:
+                        rest.extend((e, self.extend_call(e, by).op) for e in chunk)
+            renewed.extend(envelope for envelope, extend in rest if extend(conn))
+            return renewed
+
+        return Call(op, False)
+
     def _lasting(self, delta: timedelta, name: str) -> int:
         """``delta`` in ms, refused when it would end past the year 9999 (a row no read could
         turn back into a datetime)."""

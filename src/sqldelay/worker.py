@@ -608,18 +608,27 @@ class Worker(WorkerBase):
             self._rotation.wake()
 
     def _heartbeat_loop(self) -> None:
+        """Renew every message the worker holds, until its ack is sent, every ``heartbeat``
+        from the start of the last beat (a slow beat does not push the next one back): one
+        statement per queue and claim batch."""
         interval = self.heartbeat.total_seconds()
-        while not wait_event(self._stop, interval):
-            with self._lock:  # every message the worker holds, until its ack is sent
+        beat = time.monotonic()
+        while not wait_event(self._stop, max(0.0, beat + interval - time.monotonic())):
+            beat = time.monotonic()
+            with self._lock:
                 held = [*self._running, *self._buffer, *self._to_ack, *self._acking]
-            for envelope in held:
+            for envelopes in _by_queue(held):
                 try:
-                    renewed = envelope.extend()
-                except Exception as exc:  # the next beat tries again; the lock may yet hold
-                    log.warning("heartbeat could not extend %s: %s", envelope.key, exc)
+                    renewed = envelopes[0].queue.extend_many(envelopes)
+                except Exception as exc:  # the next beat tries again; the locks may yet hold
+                    log.warning("heartbeat could not renew %d lock(s) of queue %s: %s",
+                                len(envelopes), envelopes[0].queue.name, exc)
                     continue
-                if not renewed:
-                    self._lost(envelope)
+                if len(renewed) < len(envelopes):
+                    kept = set(renewed)
+                    for envelope in envelopes:
+                        if envelope not in kept:
+                            self._lost(envelope)
 
     def _lost(self, envelope: Envelope) -> None:
         """The lock of ``envelope`` is gone (acked meanwhile, or taken by another consumer

@@ -348,3 +348,11 @@ def test_the_server_time_statement_parses():
     sql = str(MSSQLQueueDao.server_time().compile(dialect=DIALECT))
     assert "SYSUTCDATETIME()" in sql and "DATEDIFF_BIG" in sql
     assert_tsql([sql])
+
+
+def test_a_heartbeat_renews_a_claim_batch_in_one_statement_that_parses(dao):
+    sql = render(dao.renew_locks(2), {"lock": "l", "ids": [1, 2], "now": 5, "until": 9},
+                 DIALECT)
+    assert sql == ("UPDATE dq SET scheduled_at=:until WHERE dq.lock_uuid = :lock "
+                   "AND dq.id IN (:ids_1, :ids_2) AND dq.scheduled_at > :now")
+    assert_tsql([sql])

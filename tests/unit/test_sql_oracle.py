@@ -296,3 +296,10 @@ def test_the_server_time_statement_parses():
     sql = str(OracleQueueDao.server_time().compile(dialect=DIALECT))
     assert "SYS_EXTRACT_UTC" in sql and "SYSTIMESTAMP" in sql
     assert_oracle([sql])
+
+
+def test_a_heartbeat_renews_a_claim_batch_in_one_statement_that_parses(dao):
+    sql = render(dao.renew_locks(2), {"lock": "l", "ids": [1, 2], "now": 5, "until": 9},
+                 DIALECT)
+    assert "dq.lock_uuid = :\"lock\"" in sql and "dq.scheduled_at > :now" in sql
+    assert_oracle([sql])

@@ -673,6 +673,16 @@ class QueueDao(FlowControl):
             values["lock_uuid"] = None
         return sa.update(t).where(t.c.id == row_id, self.held_by(lock)).values(**values)
 
+    def renew_locks(self, count: int) -> sa.Update:
+        """Renew ``count`` locks held under one lock id and not yet expired (parameters
+        lock, ids, now, until): a heartbeat's renewal of a whole claim batch in one
+        statement. A lock that expired is left to ``move_locked`` and its checks."""
+        t = self.table
+        return self.by_id(sa.update(t).where(self.held_by(sa.bindparam("lock")),
+                                             self.ids_listed(),
+                                             t.c.scheduled_at > sa.bindparam("now"))
+                          .values(scheduled_at=sa.bindparam("until")), t, count)
+
     # ---- reads and deletes by key --------------------------------------------------------
 
     def select_by_key(self, pkind: str, key: str) -> sa.Select:
