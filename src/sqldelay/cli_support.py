@@ -104,7 +104,16 @@ _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1
 
 def _no_table(table: str, url: str) -> str:
     return (f"the queue table {table!r} does not exist in {shown(url)}: create it with "
-            f"sqldelay migrate --url {shown(url)}"
+            + _migrate(table, url))
+
+
+def migrate_command(args: argparse.Namespace) -> str:
+    """The ``sqldelay migrate`` command line for the command's database and queue table."""
+    return _migrate(args.table, args.resolved_url)
+
+
+def _migrate(table: str, url: str) -> str:
+    return (f"sqldelay migrate --url {shown(url)}"
             + ("" if table == "delayed_queue" else f" --table {table}"))
 
 

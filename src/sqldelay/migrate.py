@@ -17,7 +17,7 @@ from alembic.config import Config
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 
-from .schema import DEAD, HISTORY, QUEUE, SCHEMA_VERSION, create_history_op
+from .schema import DEAD, HISTORY, QUEUE, SCHEMA_VERSION, create_history_op, repair_op
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -43,26 +43,36 @@ def current(connection: sa.Connection, table_name: str) -> str | None:
 def _by_shape(connection: sa.Connection, table_name: str) -> str | None:
     """The version of tables an older create_schema made without recording it: 0001 had the
     queue table alone, 0002 added the dead letters. (0003 only widened a column on SQL Server
-    and Oracle, and checks the column itself: calling this 0002 lets it.)"""
+    and Oracle, and checks the column itself: calling this 0002 lets it.) Dead letters
+    without their queue table are a 0002 schema that lost its queue table, which
+    ``upgrade`` makes again."""
     inspector = sa.inspect(connection)
-    if not inspector.has_table(QUEUE.name(table_name)):
-        return None
-    return "0002" if inspector.has_table(DEAD.name(table_name)) else "0001"
+    if inspector.has_table(DEAD.name(table_name)):
+        return "0002"
+    return "0001" if inspector.has_table(QUEUE.name(table_name)) else None
 
 
 def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = None,
-            history: bool = False) -> None:
+            history: bool = False) -> list[str]:
     """Create or upgrade ``table_name``'s tables to this version's schema, on ``connection``
     (the caller commits); with ``history``, the history table too, also where the schema is
-    already at this version without it."""
+    already at this version without it. A table or index of the recorded version that is
+    missing (dropped by hand) is made again first, every row elsewhere kept, since the
+    migrations trust the recorded version and would not. Returns the names of the tables and
+    indexes made again (or added: the history table) that way."""
     cfg = config(connection, table_name, tuning, history)
     context = MigrationContext.configure(
         connection, opts={"version_table": f"{table_name}_alembic"})
-    if context.get_current_revision() is None:
-        found = _by_shape(connection, table_name)
-        if found is not None:
-            command.stamp(cfg, found)
-    if current(connection, table_name) != SCHEMA_VERSION:
+    version = context.get_current_revision()
+    if version is None:
+        version = _by_shape(connection, table_name)
+        if version is not None:
+            command.stamp(cfg, version)
+    made = [] if version is None else repair_op(
+        Operations(MigrationContext.configure(connection)), table_name, version,
+        history=history, tuning=tuning)
+    if version != SCHEMA_VERSION:
         command.upgrade(cfg, "head")
     if history and not sa.inspect(connection).has_table(HISTORY.name(table_name)):
         create_history_op(Operations(MigrationContext.configure(connection)), table_name)
+    return made

@@ -1,5 +1,6 @@
 """``sqldelay migrate``: create the queue tables, or upgrade them to this version's schema,
-keeping every message (the package's Alembic migrations, without an alembic.ini)."""
+keeping every message (the package's Alembic migrations, without an alembic.ini); a table or
+index of the schema that is missing (dropped) is made again, the rows of the others kept."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import sqlalchemy as sa
 
 from .cli_support import open_engine, shown
 from .migrate import current
-from .schema import SCHEMA_VERSION, TUNING_PRESETS, create_schema, tuning_ddl
+from .schema import (
+    SCHEMA_VERSION,
+    TUNING_PRESETS,
+    create_schema,
+    missing_parts,
+    tuning_ddl,
+)
 
 
 def register(sub) -> None:
@@ -31,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with engine.connect() as conn:
             before = current(conn, args.table)
+            missing = [] if before is None else missing_parts(conn, args.table, before,
+                                                              history=args.history)
         create_schema(engine, table_name=args.table, tuning=args.tuning, history=args.history)
         if before is not None and args.tuning:  # create_schema tunes the tables it creates
             with engine.begin() as conn:
@@ -41,8 +50,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"created {where} at schema version {SCHEMA_VERSION}")
         elif before != SCHEMA_VERSION:
             print(f"upgraded {where} from schema version {before} to {SCHEMA_VERSION}")
-        else:
+        elif not missing:
             print(f"{where} is at schema version {SCHEMA_VERSION} already")
+        if missing:  # dropped by hand: made again, the rows of the other tables kept
+            print(f"{where} at schema version {SCHEMA_VERSION}: created the missing "
+                  f"{', '.join(missing)}")
         return 0
     finally:
         engine.dispose()

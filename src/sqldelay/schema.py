@@ -10,7 +10,7 @@ module stays free of per-database branches.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import NamedTuple
 
 import sqlalchemy as sa
@@ -553,6 +553,76 @@ def create_history_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """Add the history table to a schema at this version that was made without it."""
     _check_table_name(table_name)
     HISTORY.create_op(op, table_name, SCHEMA_VERSION)
+
+
+def missing_parts(conn: sa.Connection, table_name: str, revision: str, *,
+                  history: bool = False) -> list[str]:
+    """The tables and indexes of ``table_name`` that schema version ``revision`` has and the
+    database on ``conn`` lacks (dropped by hand, or lost in a restore), by name: what
+    ``repair_op`` makes. The history table counts only when ``history``; its indexes
+    whenever it exists."""
+    return [name for _, _, name in _missing(conn, table_name, revision, history)]
+
+
+def repair_op(op, table_name: str, revision: str, *, history: bool = False,
+              tuning: str | None = None, only: Collection[str] | None = None) -> list[str]:
+    """Make again, from an Alembic migration context, what ``missing_parts`` finds, as schema
+    version ``revision`` made it, with ``tuning`` applied to a queue table made again; every
+    other table, index and row is left as it is. The recorded version says the schema is
+    there, so the migrations alone would make nothing: this is what brings a dropped table or
+    index back. ``only`` names the parts to make instead (offline SQL, where there is no
+    database to ask). Returns the names of what it made."""
+    _check_table_name(table_name)
+    if only is None:
+        parts = _missing(op.get_bind(), table_name, revision, history)
+    else:
+        parts = [p for p in _parts(table_name, revision, _keeps_partial(op)) if p[2] in only]
+        made = {spec for spec, ix, _ in parts if ix is None}  # with their indexes
+        parts = [p for p in parts if p[1] is None or p[0] not in made]
+    for spec, ix, _ in parts:
+        if ix is None:
+            spec.create_op(op, table_name, revision)
+            if spec is QUEUE:
+                for statement in tuning_ddl(op.get_context().dialect, table_name, tuning):
+                    op.execute(statement)
+        else:
+            _create_index(op, spec.name(table_name), ix)
+    return [name for _, _, name in parts]
+
+
+_Part = tuple[_TableSpec, "_Index | None", str]
+
+
+def _parts(table_name: str, revision: str, partial: bool) -> list[_Part]:
+    """Every table, (spec, None, its name), and every index, (spec, index, its name), that
+    schema version ``revision`` has on a database that keeps partial indexes or not."""
+    out: list[_Part] = []
+    for spec in TABLES:
+        if spec.since <= revision:
+            name = spec.name(table_name)
+            out.append((spec, None, name))
+            out.extend((spec, ix, name + ix.suffix) for ix in spec.indexes
+                       if ix.exists_at(revision, partial))
+    return out
+
+
+def _missing(conn: sa.Connection, table_name: str, revision: str, history: bool) -> list[_Part]:
+    """The parts of ``_parts`` that the database on ``conn`` lacks: ``missing_parts``. The
+    indexes of a missing table are left out (making the table makes them)."""
+    _check_table_name(table_name)
+    inspector = sa.inspect(conn)
+    tables: dict[str, set[str] | None] = {}  # each table's index names, None: no table
+    out: list[_Part] = []
+    for spec, ix, name in _parts(table_name, revision, conn.dialect.name in _partial_dialects()):
+        table = spec.name(table_name)
+        if ix is None:
+            tables[table] = ({i["name"] for i in inspector.get_indexes(table)}
+                             if inspector.has_table(table) else None)
+            if tables[table] is None and (history or not spec.optional):
+                out.append((spec, ix, name))
+        elif tables[table] is not None and name not in tables[table]:
+            out.append((spec, ix, name))
+    return out
 
 
 def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:

@@ -8,7 +8,14 @@ import argparse
 
 import sqlalchemy as sa
 
-from .cli_support import add_json, database, print_json, print_table, shown
+from .cli_support import (
+    add_json,
+    database,
+    migrate_command,
+    print_json,
+    print_table,
+    shown,
+)
 from .dialects import dao_class_for
 from .migrate import current
 from .schema import HISTORY, SCHEMA_VERSION, index_condition, index_made_on, schema_tables
@@ -27,30 +34,32 @@ def register(sub) -> None:
 OK, ADVICE, PROBLEM = "ok", "advice", "PROBLEM"
 
 
-def findings(conn: sa.Connection, table_name: str) -> list[tuple[str, str, str]]:
+def findings(conn: sa.Connection, table_name: str,
+             migrate: str = "sqldelay migrate") -> list[tuple[str, str, str]]:
     """(level, what, finding) for queue table ``table_name`` on ``conn``; level is OK,
-    ADVICE or PROBLEM."""
+    ADVICE or PROBLEM. ``migrate`` is the command that fixes a missing table or index, or an
+    old schema version (``sqldelay migrate`` makes again whatever is missing)."""
     out: list[tuple[str, str, str]] = []
     inspector = sa.inspect(conn)
     version = current(conn, table_name)
     if version is None:
-        return [(PROBLEM, table_name, "missing: run sqldelay migrate")]
+        return [(PROBLEM, table_name, f"missing: run {migrate}")]
     if version != SCHEMA_VERSION:
         out.append((PROBLEM, "schema version", f"{version}, this sqldelay expects "
-                                               f"{SCHEMA_VERSION}: run sqldelay migrate"))
+                                               f"{SCHEMA_VERSION}: run {migrate}"))
     else:
         out.append((OK, "schema version", f"{version}, as expected"))
         history = inspector.has_table(HISTORY.name(table_name))
         for table in schema_tables(sa.MetaData(), table_name, history=history):
             if not inspector.has_table(table.name):
-                out.append((PROBLEM, table.name, "missing: run sqldelay migrate"))
+                out.append((PROBLEM, table.name, f"missing: run {migrate}"))
                 continue
             present = {ix["name"] for ix in inspector.get_indexes(table.name)}
             for index in sorted(table.indexes, key=lambda ix: ix.name):
                 if index.name not in present and index_made_on(index, conn.dialect):
                     out.append((PROBLEM, index.name,
-                                f"index missing on {table.name}: the reads it serves scan "
-                                f"the table instead; create it again ({_columns(index)})"))
+                                f"index missing on {table.name} ({_columns(index)}): the "
+                                f"reads it serves scan the table instead; run {migrate}"))
         if all(level == OK for level, _, _ in out):
             out.append((OK, "tables and indexes", "all present"))
     for advice in dao_class_for(conn.dialect).settings_advice(conn, table_name):
@@ -69,7 +78,7 @@ def _columns(index: sa.Index) -> str:
 
 def run(args: argparse.Namespace) -> int:
     with database(args, table=False) as engine, engine.connect() as conn:
-        found = findings(conn, args.table)
+        found = findings(conn, args.table, migrate_command(args))
     problems = sum(1 for level, _, _ in found if level == PROBLEM)
     if args.json:
         print_json({"ok": problems == 0, "findings": [

@@ -172,6 +172,41 @@ def test_migrate_creates_upgrades_and_verify_catches_what_is_wrong(backend_url, 
     assert ("WHERE lock_uuid IS NULL" in missing) == (engine.dialect.name == "postgresql")
 
 
+def test_migrate_makes_again_what_verify_finds_missing_keeping_the_rest(backend_url, engine,
+                                                                        own_table, target):
+    """The queue table and the dead letters' index dropped by hand: verify names both and
+    the command that fixes them, that command makes both again, the dead letters' rows kept,
+    and verify is then clean."""
+    db = ["--url", backend_url, "--table", own_table]
+    ok("migrate", *db, run=here)
+    queue = DelayedQueue(engine, "q", table_name=own_table)
+    queue.offer_many([Message("buried", 1), Message("waiting", 2)])
+    assert DeadLetters(engine, table_name=own_table).bury(queue.poll(), "boom")
+    index = f"{own_table}_dead_kind_ix"
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE {own_table}"))
+        conn.execute(sa.text(_drop_index(target, index, f"{own_table}_dead")))
+    settings = server_problems(engine)
+
+    done = sqldelay("verify", "--json", *db)
+    assert done.returncode == 1 and problems(done) == [own_table, index, *settings]
+    fixes = {f["finding"].rpartition("run ")[2] for f in json.loads(done.stdout)["findings"]
+             if f["check"] in (own_table, index)}
+    assert fixes == {f"sqldelay migrate --url {backend_url} --table {own_table}"}
+    [fix] = fixes
+    out = ok(*fix.split()[1:])  # the command verify named
+    assert f"created the missing {own_table}, {index}" in out
+    assert problems(here("verify", "--json", *db)) == settings
+    assert "already" in ok("migrate", *db, run=here)  # nothing left to make
+
+    [letter] = DeadLetters(engine, table_name=own_table).list()
+    assert (letter.key, letter.last_error) == ("buried", "boom")
+    assert not queue.contains("waiting")  # it went with its table
+    queue.offer("after", 3)
+    [env] = queue.poll_many(10)
+    assert env.key == "after" and queue.ack(env)
+
+
 def problems(done: subprocess.CompletedProcess) -> list[str]:
     return [f["check"] for f in json.loads(done.stdout)["findings"] if f["level"] == "problem"]
 

@@ -253,3 +253,96 @@ def test_an_upgrade_from_the_0007_schema_keeps_a_group_held_by_its_message_in_fl
         assert [e.key for e in queue.poll_many(10)] == ["x1"]
     finally:
         drop_schema(engine, table_name=name)
+
+
+def _drop(engine, what: str, name: str) -> str:
+    """Drop the queue table, the claims' index or the history table of queue table ``name``
+    by hand, as an operator might; the name of what went."""
+    if what == "claim index":
+        dropped = DelayedQueue(engine, "orders", table_name=name).dao.claim_index
+        on = f" ON {name}" if engine.dialect.name in ("mysql", "mariadb") else ""
+        statement = f"DROP INDEX {dropped}{on}"
+    else:
+        dropped = name if what == "queue table" else f"{name}_history"
+        statement = f"DROP TABLE {dropped}"
+    with engine.begin() as conn:
+        conn.execute(sa.text(statement))
+    return dropped
+
+
+def _schema_problems(engine, name: str) -> list[tuple[str, str]]:
+    """What ``sqldelay verify`` finds wrong with the tables (server settings left out)."""
+    from sqldelay.verify_cli import PROBLEM, findings
+
+    with engine.connect() as conn:
+        return [(what, text) for level, what, text in findings(conn, name)
+                if level == PROBLEM and " = " not in what]
+
+
+@pytest.mark.parametrize("dropped", ["queue table", "claim index", "history table"])
+def test_create_schema_makes_again_a_dropped_table_or_index_keeping_every_other_row(
+        engine, dropped):
+    """A table or index of the current schema dropped by hand is found by verify and made
+    again by create_schema (what ``sqldelay migrate`` runs), though the recorded version says
+    the schema is there; the rows of every table still there are kept."""
+    from sqldelay import Message
+
+    name = unique_name("sqdr")
+    try:
+        create_schema(engine, table_name=name, history=True)
+        queue = DelayedQueue(engine, "orders", table_name=name, history=True)
+        dead = DeadLetters(engine, table_name=name)
+        queue.offer_many([Message("buried", 1), Message("waiting", 2)])
+        assert dead.bury(queue.poll(), "boom")
+        gone = _drop(engine, dropped, name)
+        assert [what for what, _ in _schema_problems(engine, name)] == (
+            [] if dropped == "history table" else [gone])  # verify cannot know it was wanted
+        assert all("run sqldelay migrate" in text for _, text in _schema_problems(engine, name))
+
+        create_schema(engine, table_name=name, history=True)
+
+        assert _schema_problems(engine, name) == []
+        with engine.connect() as conn:
+            assert current(conn, name) == SCHEMA_VERSION
+        [letter] = dead.list()
+        assert (letter.key, letter.last_error, letter.payload) == ("buried", "boom", b"1")
+        if dropped == "queue table":
+            assert queue.stats().due == 0  # its rows went with it
+        else:
+            assert queue.get("waiting").payload == 2
+        if dropped == "history table":
+            assert queue.history("buried") == []  # its rows went with it
+        else:
+            assert [e.kind.value for e in queue.history("buried")][:2] == ["offered", "claimed"]
+        queue.offer("after", 3)  # the queue works in full again: offers, claims, history
+        due = {e.key: e for e in queue.poll_many(10)}
+        assert set(due) == ({"after"} if dropped == "queue table" else {"after", "waiting"})
+        assert queue.ack_many(list(due.values())) == len(due)
+        assert [e.kind.value for e in queue.history("after")] == ["offered", "claimed", "acked"]
+    finally:
+        drop_schema(engine, table_name=name)
+
+
+def test_create_schema_makes_again_the_tables_of_the_version_it_finds_then_upgrades(
+        backend_url, engine):
+    """A table dropped from a schema at an older version is made as that version had it, and
+    the migrations then bring everything to this version, the dead letters' rows kept."""
+    name = unique_name("sqdo")
+    alembic(backend_url, name, "upgrade", "0004")
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                f"INSERT INTO {name}_dead (pkind, pkey, payload, scheduled_at_initially, "
+                "created_at, attempts, last_error, failed_at) "
+                "VALUES ('orders|json', 'gave-up', :p, 1, 1, 3, 'boom', 1)"), {"p": b'"x"'})
+            conn.execute(sa.text(f"DROP TABLE {name}"))
+        create_schema(engine, table_name=name)
+        assert _schema_problems(engine, name) == []
+        [letter] = DeadLetters(engine, table_name=name).list()
+        assert (letter.key, letter.attempts, letter.last_error) == ("gave-up", 3, "boom")
+        queue = DelayedQueue(engine, "orders", table_name=name)
+        queue.offer("new", 1)
+        [env] = queue.poll_many(10)
+        assert (env.key, env.payload) == ("new", 1)
+    finally:
+        drop_schema(engine, table_name=name)

@@ -66,3 +66,32 @@ def test_error_text_is_widened_where_the_first_schema_was_too_narrow(url, separa
     sql = statements(done.stdout, separator)
     assert sql == expected
     assert all(parses(s, grammar) for s in sql)
+
+
+@pytest.mark.parametrize(("dialect", "separator", "grammar"), [
+    ("mssql", "\nGO\n", "tsql"), ("oracle", "\n/\n", "oracle")])
+def test_making_again_a_dropped_table_and_index_is_sql_each_database_parses(dialect, separator,
+                                                                          grammar):
+    """What create_schema and ``sqldelay migrate`` send to make again a dropped queue table
+    (with its indexes) and a dropped index of the dead letters, as SQL Server's and Oracle's
+    SQL: no server of theirs runs here."""
+    import io
+
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
+    from sqldelay.schema import SCHEMA_VERSION, repair_op
+
+    out = io.StringIO()
+    context = MigrationContext.configure(dialect_name=dialect,
+                                         opts={"as_sql": True, "output_buffer": out})
+    made = repair_op(Operations(context), "dq", SCHEMA_VERSION,
+                     only={"dq", "dq_kind_due_ix", "dq_dead_kind_ix"})
+    assert made == ["dq", "dq_dead_kind_ix"]  # the table's own index comes with it
+    sql = statements(out.getvalue(), separator)
+    assert [s.split(" (")[0] for s in sql] == [
+        "CREATE TABLE dq", "CREATE UNIQUE INDEX dq_kind_key_uq ON dq",
+        "CREATE INDEX dq_kind_due_ix ON dq", "CREATE INDEX dq_kind_prio_ix ON dq",
+        "CREATE INDEX dq_kind_lock_ix ON dq", "CREATE INDEX dq_kind_group_ix ON dq",
+        "CREATE INDEX dq_dead_kind_ix ON dq_dead"]
+    assert all(parses(s, grammar) for s in sql)
