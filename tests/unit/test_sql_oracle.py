@@ -6,6 +6,9 @@ against a live server (tests/conftest.py starts one when a Docker engine is reac
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from types import SimpleNamespace
+
 import oracledb
 import pytest
 import sqlalchemy as sa
@@ -296,6 +299,123 @@ def test_the_server_time_statement_parses():
     sql = str(OracleQueueDao.server_time().compile(dialect=DIALECT))
     assert "SYS_EXTRACT_UTC" in sql and "SYSTIMESTAMP" in sql
     assert_oracle([sql])
+
+
+# ---- errors of the claim's own driver cursor, on the way a queue's poll takes ----------------
+# The claim reads through a driver cursor (``pick_due``), outside SQLAlchemy's execution: its
+# errors must still reach the executor and the worker as SQLAlchemy's own do.
+
+def driver_error(code: int, text: str) -> Exception:
+    """The exception python-oracledb raises: ``<exc_type>(_Error)``."""
+    error = _Error(f"ORA-{code:05d}: {text}" if code else text, code=code)
+    return error.exc_type(error)
+
+
+class _Connection(RecordingConnection):
+    """A connection whose driver cursors raise the server's ``errors``, one per execute, until
+    none are left; what it is asked to invalidate and commit is kept."""
+
+    def __init__(self, server: _Server):
+        super().__init__(server.dialect, [server.due])
+        self.server = server
+        self.engine = SimpleNamespace(hide_parameters=False)
+        self.dbapi_connection = object()
+        self.invalidated = False
+        self.committed = False
+
+    def cursor(self):
+        cursor = super().cursor()
+        if self.server.errors:
+            error = self.server.errors.pop(0)
+
+            def fail(sql, params):
+                raise error
+            cursor.execute = fail
+        return cursor
+
+    def begin(self):
+        pass
+
+    def commit(self):
+        self.committed = True
+
+    def invalidate(self, exception=None):
+        self.invalidated = True
+
+
+class _Server:
+    """Stands for the queue's Engine: each connect() a new _Connection, all kept."""
+
+    def __init__(self, errors: list[Exception]):
+        # never connected: a real python-oracledb dialect, whose is_disconnect reads the
+        # driver's errors, and an engine that makes a queue an Oracle one
+        self.engine = sa.create_engine("oracle+oracledb://u:p@h/?service_name=x")
+        self.dialect = self.engine.dialect
+        self.errors = errors
+        self.due = [(3, "k", b'"hello"', 20, 20, 1, 0, 0, None, None, None, None, None)]
+        self.connections: list[_Connection] = []
+
+    @contextmanager
+    def connect(self):
+        self.connections.append(_Connection(self))
+        yield self.connections[-1]
+
+
+def queue_on(server: _Server):
+    from sqldelay import DelayedQueue, FakeClock
+    from sqldelay.clock import from_ms
+
+    queue = DelayedQueue(server.engine, "q", table_name="dq", clock=FakeClock(from_ms(100)))
+    queue.executor.engine = server  # its statements go to the stand-in
+    return queue
+
+
+def test_a_deadlock_in_the_claims_cursor_is_retried():
+    server = _Server([driver_error(60, "deadlock detected while waiting for resource")])
+    queue = queue_on(server)
+    [envelope] = queue.poll_many(5)
+    assert (envelope.key, envelope.payload) == ("k", "hello")
+    first, second = server.connections  # tried again, on a connection of its own
+    assert not first.committed and second.committed
+    assert all(c.closed for conn in server.connections for c in conn.cursors)
+
+
+def test_a_missing_table_under_the_claims_cursor_is_a_schema_missing_error():
+    from sqldelay import SchemaMissingError
+
+    server = _Server([driver_error(942, "table or view does not exist")])
+    with pytest.raises(SchemaMissingError, match="create_schema"):
+        queue_on(server).poll_many(5)
+    assert len(server.connections) == 1  # not retried: waiting does not make a table
+
+
+@pytest.mark.parametrize(("code", "text"), [
+    (3113, "end-of-file on communication channel"),
+    (0, "DPY-4011: the database or network closed the connection")])
+def test_a_connection_lost_under_the_claims_cursor_is_an_outage(code, text):
+    from sqldelay.worker_base import is_outage
+
+    server = _Server([driver_error(code, text)])
+    queue = queue_on(server)
+    with pytest.raises(sa.exc.DBAPIError) as lost:
+        queue.poll_many(5)
+    assert lost.value.connection_invalidated  # SQLAlchemy's disconnect handling saw it
+    [conn] = server.connections
+    assert conn.invalidated and not conn.committed  # the pool drops it
+    assert is_outage(lost.value, [queue])  # a worker backs off and tries again
+
+
+def test_the_claims_cursor_errors_are_classified_as_every_statements():
+    for code, kind in ((60, ErrorKind.TRANSIENT), (942, ErrorKind.MISSING_TABLE),
+                       (3113, ErrorKind.UNAVAILABLE), (1795, ErrorKind.OTHER)):
+        server = _Server([driver_error(code, "")])
+        conn = _Connection(server)
+        with pytest.raises(sa.exc.DBAPIError) as raised:
+            OracleQueueDao(queue_table(sa.MetaData(), "dq")).claim(conn, "q|json", 100, 5,
+                                                                    "lock-1", 400)
+        assert OracleQueueDao.classify(raised.value) is kind
+        assert raised.value.orig.args[0].code == code  # the driver's own error, kept
+        assert conn.invalidated == (code == 3113)
 
 
 def test_a_heartbeat_renews_a_claim_batch_in_one_statement_that_parses(dao):

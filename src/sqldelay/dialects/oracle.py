@@ -8,12 +8,15 @@
   the next due ones returned, where picking ``n`` rows first and skipping the locked ones
   afterwards would return nothing while due rows wait behind them. The driver's fetch batch is
   set to ``n`` because Oracle locks every row it sends, read or not. The picked rows are then
-  marked by id in the same transaction.
+  marked by id in the same transaction. The cursor's driver errors are raised as SQLAlchemy
+  raises those of its own statements (wrapped, a lost connection invalidated), so they are
+  classified, retried and ridden out as every other statement's.
 - limits: at most 1000 expressions in an IN-list (ORA-01795).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -126,14 +129,23 @@ class OracleQueueDao(QueueDao):
             conn.begin()  # the raw cursor below must run inside the transaction that commits
         # SQLAlchemy sets no per-statement fetch size, so the locking read uses a driver cursor
         sql = str(self._due(tuple(where)).compile(dialect=conn.dialect))
-        cursor = conn.connection.cursor()
+        params = {"b_kind": pkind, "b_now": now_ms}
+        cursor = None
         try:
+            cursor = conn.connection.cursor()
             cursor.prefetchrows = cursor.arraysize = limit
-            cursor.execute(sql, {"b_kind": pkind, "b_now": now_ms})
-            picked = cursor.fetchmany(limit)
-        finally:
+            cursor.execute(sql, params)
+            picked = [(r[0], r[1], _bytes(r[2]), *r[3:]) for r in cursor.fetchmany(limit)]
             cursor.close()
-        return [(r[0], r[1], _bytes(r[2]), *r[3:]) for r in picked]
+            return picked
+        except Exception as exc:
+            if cursor is not None:
+                with contextlib.suppress(Exception):  # the first error is the one to tell
+                    cursor.close()
+            wrapped = _as_sqlalchemy_error(conn, exc, sql, params, cursor)
+            if wrapped is exc:
+                raise
+            raise wrapped from exc
 
 
     def delete_kind_batch(self, conn: sa.Connection, pkind: str) -> list[str]:
@@ -147,6 +159,28 @@ class OracleQueueDao(QueueDao):
         if rows:
             conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows])))
         return [r.pkey for r in rows]
+
+
+def _as_sqlalchemy_error(conn: sa.Connection, exc: Exception, sql: str, params: dict,
+                         cursor) -> Exception:
+    """A driver error of the claim's own cursor as SQLAlchemy raises those of the statements
+    it runs (``Connection._handle_dbapi_exception``): wrapped in the ``DBAPIError`` subclass
+    that the executor classifies (ORA-00060 is retried, ORA-00942 is a missing table), and,
+    where the dialect sees a lost connection (ORA-03113...), with ``connection_invalidated``
+    set and the connection invalidated, so the pool drops it and a worker backs off. Anything
+    else (SQLAlchemy's own errors, a bug) is returned as it is."""
+    dialect = conn.dialect
+    error = dialect.loaded_dbapi.Error
+    if not isinstance(exc, error):
+        return exc
+    lost = not conn.invalidated and bool(dialect.is_disconnect(
+        exc, conn.connection.dbapi_connection, cursor))
+    wrapped = sa.exc.DBAPIError.instance(
+        sql, params, exc, error, hide_parameters=conn.engine.hide_parameters,
+        connection_invalidated=lost, dialect=dialect)
+    if lost:
+        conn.invalidate(exc)
+    return wrapped
 
 
 def _bytes(payload) -> bytes:
