@@ -507,13 +507,18 @@ class QueueBase:
 
     def extend_call(self, envelope: Envelope, by: timedelta | None) -> Call:
         """Keep the lock ``by`` (default: acquire_timeout) from now: True if it still held,
-        and then ``envelope.locked_until`` says the new expiry (the group's too)."""
+        and then ``envelope.locked_until`` says the new expiry (the group's too). A lock that
+        expired holds no more where another message may have taken its group's turn or its
+        place under the concurrency cap (``QueueDao.extend_locked``)."""
         self.check_own(envelope)
         lasting = self._acquire_ms if by is None else self._lasting(by, "by")
 
         def op(conn: sa.Connection) -> bool:
-            until = self.now_ms(conn) + lasting
-            if not self._move(conn, envelope, until, keep_lock=True):
+            now = self.now_ms(conn)
+            until = now + lasting
+            stmt = self.dao.extend_locked(self.pkind, envelope.row_id, envelope.lock, until,
+                                          now, envelope.group is not None)
+            if not conn.execute(stmt).rowcount:
                 return False
             if envelope.group is not None:
                 self.dao.extend_group(conn, self.pkind, envelope.lock, envelope.group, until)

@@ -123,6 +123,49 @@ def test_extending_a_grouped_message_keeps_its_group(make_queue, clock):
     assert env.ack() is True and queue.poll().key == "k1"
 
 
+def test_an_expired_lock_is_not_extended_once_its_group_went_on(make_queue, clock):
+    queue = make_queue(acquire_timeout=30 * S)
+    other = make_queue(queue.name)  # another consumer of the same queue
+    queue.offer("m1", 1, at=clock.now() - 5 * S, group="g")
+    late = queue.poll()
+    assert late.key == "m1"
+    # m2 goes first in the group once it is free: it was asked for before m1
+    queue.offer("m2", 2, at=clock.now() - 10 * S, group="g")
+    clock.advance(31 * S)  # m1's holder is late: its lock, and the group's turn, expire
+    taken = other.poll_many(10)
+    assert [e.key for e in taken] == ["m2"]  # the group's turn, now another consumer's
+    assert queue.extend(late) is False  # as its ack would be: two in flight in one group
+    assert other.poll_many(10) == []  # m1 is due again, its group held by m2
+    assert queue.stats().in_flight == 1
+    assert taken[0].ack() is True
+    assert [(e.key, e.attempt) for e in other.poll_many(10)] == [("m1", 2)]
+
+
+def test_an_expired_lock_is_not_extended_once_its_place_under_the_cap_went(make_queue,
+                                                                          clock):
+    queue = make_queue(acquire_timeout=30 * S)
+    other = make_queue(queue.name)
+    queue.set_concurrency_limit(1)
+    queue.offer_many([Message("m1", 1, clock.now() - 5 * S), Message("m2", 2, clock.now())])
+    late = queue.poll()
+    assert late.key == "m1"
+    clock.advance(31 * S)  # m1's lock expired: it no longer counts against the cap
+    assert [e.key for e in other.poll_many(10)] == ["m2"]  # due before m1's expiry
+    assert queue.extend(late) is False  # or 2 would be in flight under a cap of 1
+    assert queue.stats().in_flight == 1
+
+
+def test_an_expired_lock_nothing_took_is_extended(make_queue, clock):
+    # an ungrouped message of a queue without a cap holds nothing another claim can take
+    # from it but the message itself, which a claim would have locked anew
+    queue = make_queue(acquire_timeout=30 * S)
+    queue.offer("m", 1, at=clock.now() - 5 * S)
+    late = queue.poll()
+    clock.advance(31 * S)
+    assert queue.extend(late) is True
+    assert queue.poll() is None and late.ack() is True
+
+
 def test_a_dead_letter_frees_its_group(make_queue, front, clock):
     queue = make_queue()
     queue.offer_many([Message(f"k{i}", i, clock.now() - (5 - i) * S, group="g") for i in range(2)])

@@ -75,7 +75,8 @@ def emitted(name: str) -> list[tuple[str, str]]:
                for label, stmt, params in history_recordings(dao, dialect, KIND, offered))
     for label, stmt in [
         ("release", dao.move_locked(7, "L", 500, keep_lock=False)),
-        ("extend", dao.move_locked(7, "L", 500, keep_lock=True)),
+        ("extend", dao.extend_locked(KIND, 7, "L", 500, 100, False)),
+        ("extend grouped", dao.extend_locked(KIND, 7, "L", 500, 100, True)),
         ("get", dao.select_by_key(KIND, "k")),
         ("contains", dao.exists_key(KIND, "k")),
         ("drop", dao.delete_key(KIND, "k")),

@@ -273,6 +273,28 @@ def test_reads_and_small_writes(dao):
     assert_tsql(statements)
 
 
+def test_an_extension_judges_an_expired_lock_in_its_own_statement(dao):
+    # an expired lock (scheduled_at <= now) of a grouped message, or of a message of a queue
+    # under a concurrency cap, is not extended: another message may hold its group's turn or
+    # its place under the cap by then
+    grouped = render(dao.extend_locked("q|json", 1, "lock-1", 90, 50, True), {}, DIALECT)
+    loose = render(dao.extend_locked("q|json", 1, "lock-1", 90, 50, False), {}, DIALECT)
+    held = ("UPDATE dq SET scheduled_at=:scheduled_at WHERE dq.id = :id_1 "
+            "AND dq.lock_uuid = :lock_uuid_1 AND ")
+    assert grouped == held + "dq.scheduled_at > :scheduled_at_1"
+    assert loose == held + ("(dq.scheduled_at > :scheduled_at_1 OR NOT (EXISTS (SELECT * "
+                            "FROM dq_settings WHERE dq_settings.pkind = :pkind_1 AND "
+                            "dq_settings.max_in_flight IS NOT NULL)))")
+    params = dao.extend_locked("q|json", 1, "lock-1", 90, 50, False).compile(
+        dialect=DIALECT).params
+    assert (params["scheduled_at"], params["scheduled_at_1"], params["pkind_1"]) == (
+        90, 50, "q|json")
+    kind = dao.extend_locked("q|json", 1, "lock-1", 90, 50, False).compile(
+        dialect=DIALECT).binds["pkind_1"].type
+    assert isinstance(kind.dialect_impl(DIALECT), sa.Unicode)  # as the settings' key is
+    assert_tsql([grouped, loose])
+
+
 def test_keys_ending_in_a_space_are_refused_before_anything_is_sent():
     # no server behind this URL: a call that reached the database would fail differently
     url = "mssql+pyodbc://sa:pw@127.0.0.1:1/none?driver=ODBC+Driver+18+for+SQL+Server"

@@ -257,6 +257,25 @@ def test_reads_and_small_writes(dao):
     assert_oracle(statements)
 
 
+def test_an_extension_judges_an_expired_lock_in_its_own_statement(dao):
+    # an expired lock (scheduled_at <= now) of a grouped message, or of a message of a queue
+    # under a concurrency cap, is not extended: another message may hold its group's turn or
+    # its place under the cap by then
+    grouped = render(dao.extend_locked("q|json", 1, "lock-1", 90, 50, True), {}, DIALECT)
+    loose = render(dao.extend_locked("q|json", 1, "lock-1", 90, 50, False), {}, DIALECT)
+    held = ("UPDATE dq SET scheduled_at=:scheduled_at WHERE dq.id = :id_1 "
+            "AND dq.lock_uuid = :lock_uuid_1 AND ")
+    assert grouped == held + "dq.scheduled_at > :scheduled_at_1"
+    assert loose == held + ("(dq.scheduled_at > :scheduled_at_1 OR NOT (EXISTS (SELECT * "
+                            "FROM dq_settings WHERE dq_settings.pkind = :pkind_1 AND "
+                            "dq_settings.max_in_flight IS NOT NULL)))")
+    params = dao.extend_locked("q|json", 1, "lock-1", 90, 50, False).compile(
+        dialect=DIALECT).params
+    assert (params["scheduled_at"], params["scheduled_at_1"], params["pkind_1"]) == (
+        90, 50, "q|json")
+    assert_oracle([grouped, loose])
+
+
 def test_the_parser_rejects_broken_oracle_sql():
     with pytest.raises(sqlglot.errors.ParseError):
         parses("SELECT id FROM dq ORDER BY FOR UPDATE SKIP LOCKED", "oracle")

@@ -554,6 +554,24 @@ class FlowControl:
             conn.execute(self._group_statements["free"], values)
             conn.execute(self._group_statements["drop"], values)
 
+    def extend_locked(self, pkind: str, row_id: int, lock: str, until_ms: int, now_ms: int,
+                      grouped: bool) -> sa.Update:
+        """Extend the lock of claimed message ``row_id`` (``grouped``: it has a group) to
+        ``until_ms``, if the lock still holds. A lock that has expired (by ``now_ms``) may
+        have lost what it held to another claim with no trace on the message's row: its
+        group's turn (the group is free once the lock expires) or its place under the
+        concurrency cap (the message no longer counts as in flight). So an expired lock is
+        extended only for an ungrouped message of a queue without a cap; otherwise the
+        extension fails as a stale ack does. One statement, which judges the expiry and the
+        cap where it writes."""
+        t, s = self.table, self.settings
+        held = t.c.scheduled_at > now_ms
+        if not grouped:
+            held = sa.or_(held, ~sa.exists().where(s.c.pkind == pkind,
+                                                   s.c.max_in_flight.is_not(None)))
+        return (sa.update(t).where(t.c.id == row_id, self.held_by(lock), held)
+                .values(scheduled_at=until_ms))
+
     def extend_group(self, conn: sa.Connection, pkind: str, lock: str, group: str,
                      until_ms: int) -> None:
         g = self.groups

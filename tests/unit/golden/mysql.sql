@@ -203,7 +203,10 @@ DELETE FROM delayed_queue_history WHERE delayed_queue_history.id IN (:id_1_1, :i
 UPDATE delayed_queue SET scheduled_at=:scheduled_at, lock_uuid=:lock_uuid WHERE delayed_queue.id = :id_1 AND delayed_queue.lock_uuid = :lock_uuid_1;
 
 -- extend
-UPDATE delayed_queue SET scheduled_at=:scheduled_at WHERE delayed_queue.id = :id_1 AND delayed_queue.lock_uuid = :lock_uuid_1;
+UPDATE delayed_queue SET scheduled_at=:scheduled_at WHERE delayed_queue.id = :id_1 AND delayed_queue.lock_uuid = :lock_uuid_1 AND (delayed_queue.scheduled_at > :scheduled_at_1 OR NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1 AND delayed_queue_settings.max_in_flight IS NOT NULL)));
+
+-- extend grouped
+UPDATE delayed_queue SET scheduled_at=:scheduled_at WHERE delayed_queue.id = :id_1 AND delayed_queue.lock_uuid = :lock_uuid_1 AND delayed_queue.scheduled_at > :scheduled_at_1;
 
 -- get
 SELECT delayed_queue.id, delayed_queue.pkind, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.lock_uuid, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :pkey_1;

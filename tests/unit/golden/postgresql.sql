@@ -143,7 +143,10 @@ DELETE FROM delayed_queue_history WHERE delayed_queue_history.id IN (:id_1_1::BI
 UPDATE delayed_queue SET scheduled_at=:scheduled_at::BIGINT, lock_uuid=:lock_uuid::VARCHAR WHERE delayed_queue.id = :id_1::BIGINT AND delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock_uuid_1::VARCHAR;
 
 -- extend
-UPDATE delayed_queue SET scheduled_at=:scheduled_at::BIGINT WHERE delayed_queue.id = :id_1::BIGINT AND delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock_uuid_1::VARCHAR;
+UPDATE delayed_queue SET scheduled_at=:scheduled_at::BIGINT WHERE delayed_queue.id = :id_1::BIGINT AND delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock_uuid_1::VARCHAR AND (delayed_queue.scheduled_at > :scheduled_at_1::BIGINT OR NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1::VARCHAR AND delayed_queue_settings.max_in_flight IS NOT NULL)));
+
+-- extend grouped
+UPDATE delayed_queue SET scheduled_at=:scheduled_at::BIGINT WHERE delayed_queue.id = :id_1::BIGINT AND delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock_uuid_1::VARCHAR AND delayed_queue.scheduled_at > :scheduled_at_1::BIGINT;
 
 -- get
 SELECT delayed_queue.id, delayed_queue.pkind, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.lock_uuid, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue WHERE delayed_queue.pkind = :pkind_1::VARCHAR AND delayed_queue.pkey = :pkey_1::VARCHAR;
