@@ -73,7 +73,7 @@ def run_reshard(args: argparse.Namespace) -> int:
         with tqdm(total=total, unit="msg", desc="resharded",
                   disable=args.no_progress) as bar:
             report = sharded.reshard(batch=args.batch, progress=bar.update)
-    except (SqlDelayError, sa.exc.OperationalError) as exc:
+    except (SqlDelayError, sa.exc.SQLAlchemyError) as exc:  # any database error: one line
         raise SystemExit(f"reshard failed: {str(exc).splitlines()[0]}") from exc
     finally:
         for engine in engines.values():

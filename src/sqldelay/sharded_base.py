@@ -302,7 +302,11 @@ def scan_op(queue: Any, after_id: int, limit: int) -> Callable[[sa.Connection], 
 
 def copy_op(queue: Any, rows: Sequence[Any]) -> Callable[[sa.Connection], int]:
     """Insert ``rows`` (read from another shard) into ``queue``'s table as they are, but for
-    their id, unless their key is there already; returns how many were inserted."""
+    their id, unless their key is there already; returns how many were inserted.
+
+    A producer may write one of the keys between the read of those there and the insert:
+    the insert then meets an existing key, and the rows go one by one, each in a savepoint,
+    a key that exists by then being left to the producer's newer copy."""
     t = queue.dao.table
     dao = queue.dao
 
@@ -314,13 +318,25 @@ def copy_op(queue: Any, rows: Sequence[Any]) -> Callable[[sa.Connection], int]:
                 t.c.pkind == queue.pkind, t.c.pkey.in_(keys[start:start + dao.in_list_max]))))
         new = [{c: v for c, v in r._mapping.items() if c != "id"} for r in rows
                if r.pkey not in there]
-        if new:
-            conn.execute(sa.insert(t), new)
-            if any(r["group_key"] is not None for r in new):  # claims must mind the groups
-                dao.write_settings(conn, queue.pkind, has_groups=1)
+        if new and not _inserted(conn, dao, t, new):
+            new = [row for row in new if _inserted(conn, dao, t, [row])]
+        if any(r["group_key"] is not None for r in new):  # claims must mind the groups
+            dao.write_settings(conn, queue.pkind, has_groups=1)
         return len(new)
 
     return op
+
+
+def _inserted(conn: sa.Connection, dao: Any, t: sa.Table, rows: list[dict]) -> bool:
+    """Insert ``rows`` in a savepoint: False, and nothing inserted, where a key exists."""
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.insert(t), rows)
+    except sa.exc.DBAPIError as exc:
+        if dao.classify(exc) is not ErrorKind.DUPLICATE_KEY:
+            raise
+        return False
+    return True
 
 
 def delete_ids_op(queue: Any, ids: Sequence[int]) -> Callable[[sa.Connection], None]:

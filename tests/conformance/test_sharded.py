@@ -567,3 +567,37 @@ def test_the_async_front_names_an_unreachable_shard_too(tmp_path):
             await dead.dispose()
 
     asyncio.run(scenario())
+
+
+@BLOCKING
+def test_reshard_leaves_a_key_a_producer_writes_on_the_new_shard_during_the_copy(
+        shard_engines):
+    """A producer writes a moved key on its new shard after the copy looked for it there and
+    before its insert: the copy keeps the producer's (newer) message and moves the rest."""
+    engines, table = shard_engines
+    pg, maria = engines[0], engines[2]
+    name = unique_name("race")
+    old_a, new_b = DelayedQueue(pg, name, table_name=table), DelayedQueue(maria, name,
+                                                                          table_name=table)
+    sharded = ShardedQueue({"a": old_a, "b": new_b}, previous={"a": old_a})
+    moving = [k for k in (f"k{i}" for i in range(200)) if sharded.route(k) == "b"][:20]
+    old_a.offer_many([Message(k, "old") for k in moving])
+    raced = moving[7]
+    producer = DelayedQueue(maria, name, table_name=table)
+    wrote, racing = [], []
+
+    def before_insert(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith(f"INSERT INTO {table.upper()} ") and not racing:
+            racing.append(raced)  # once: the producer's own insert passes here too
+            wrote.append(producer.offer(raced, "new"))  # on a connection of its own
+
+    sa.event.listen(maria, "before_cursor_execute", before_insert)
+    try:
+        report = sharded.reshard()
+    finally:
+        sa.event.remove(maria, "before_cursor_execute", before_insert)
+    assert wrote == [OfferOutcome.CREATED]
+    assert (report.moved, report.already_there, report.left) == (len(moving) - 1, 1, 0)
+    assert new_b.get(raced).payload == "new"
+    assert all(new_b.get(k).payload == "old" for k in moving if k != raced)
+    assert not any(old_a.contains(k) for k in moving)
