@@ -74,6 +74,7 @@ def test_two_claims_in_callers_transactions_never_both_get_one_message(make_queu
     assert q.stats().due == 0 and q.stats().in_flight == 0
 
 
+@pytest.mark.slow
 def test_claims_and_acks_in_callers_transactions_beside_producers_lose_nothing(make_queue,
                                                                               front):
     # each producer offers its next key once the last is handled (or gone), so the queue is
