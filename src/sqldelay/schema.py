@@ -611,16 +611,18 @@ def _missing(conn: sa.Connection, table_name: str, revision: str, history: bool)
     indexes of a missing table are left out (making the table makes them)."""
     _check_table_name(table_name)
     inspector = sa.inspect(conn)
-    tables: dict[str, set[str] | None] = {}  # each table's index names, None: no table
+    existing = set(inspector.get_table_names())
+    present = [name for spec in TABLES if (name := spec.name(table_name)) in existing]
+    # one table list and one read of the tables' indexes, not two reads per table
+    indexes = {table: {ix["name"] for ix in found} for (_, table), found
+               in (inspector.get_multi_indexes(filter_names=present).items() if present else ())}
     out: list[_Part] = []
     for spec, ix, name in _parts(table_name, revision, conn.dialect.name in _partial_dialects()):
         table = spec.name(table_name)
         if ix is None:
-            tables[table] = ({i["name"] for i in inspector.get_indexes(table)}
-                             if inspector.has_table(table) else None)
-            if tables[table] is None and (history or not spec.optional):
+            if table not in present and (history or not spec.optional):
                 out.append((spec, ix, name))
-        elif tables[table] is not None and name not in tables[table]:
+        elif table in present and name not in indexes.get(table, ()):
             out.append((spec, ix, name))
     return out
 
