@@ -339,11 +339,12 @@ class Worker(WorkerBase):
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
-            ok = self._held(envelope) and self._process(envelope)
+            held = self._held(envelope)
+            ok = held and self._process(envelope)
             with self._lock:
                 self._running.discard(envelope)
                 self._rotation.done(self._name_of[id(envelope.queue)])
-                self._handled += 1
+                self._handled += held  # one that another consumer took is not handled here
                 if ok:
                     self._to_ack.append(envelope)
                     self._acks_waiting.set()

@@ -337,11 +337,12 @@ class AsyncWorker(WorkerBase):
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
-            ok = await self._held(envelope) and await self._process(envelope)
+            held = await self._held(envelope)
+            ok = held and await self._process(envelope)
             async with self._lock:
                 self._running.discard(envelope)
                 self._rotation.done(self._name_of[id(envelope.queue)])
-                self._handled += 1
+                self._handled += held  # one that another consumer took is not handled here
                 if ok:
                     self._to_ack.append(envelope)
                     self._acks_waiting.set()

@@ -120,7 +120,8 @@ def test_a_message_whose_lock_was_lost_before_its_handler_started_is_not_handled
     # no heartbeat: "b" waits in the buffer while "a" runs (its lock renewed by its handler),
     # and the lock of "b" runs out
     worker = front.worker(q, handler, batch_size=2, listeners=[])
-    thread = in_thread(worker.drain)
+    drained = []
+    thread = in_thread(lambda: drained.append(worker.drain()))
     try:
         wait_for(lambda: (q.get("a").locked_until or clock.now()) > clock.now() + 30 * S,
                  what="the first handler to renew its lock")
@@ -131,6 +132,7 @@ def test_a_message_whose_lock_was_lost_before_its_handler_started_is_not_handled
         release.set()
         thread.join(20)
     assert starts.seen == [("a", "worker")]  # "b" belongs to the thief now
+    assert drained == [1]
     assert thief.ack(stolen)
 
 
