@@ -82,8 +82,8 @@ class DatabaseClock:
         self.base = SystemClock() if base is None else base
         self.refresh = refresh.total_seconds()
         self._statement = dao_class_for(engine.dialect).server_time()
-        # (offset in ms, half the round trip in ms, when measured: time.monotonic())
-        self._reading: tuple[float, float, float] | None = None
+        # (offset, half the round trip in ms, when measured: time.monotonic())
+        self._reading: tuple[timedelta, float, float] | None = None
 
     @classmethod
     def of(cls, engine: Any) -> DatabaseClock:
@@ -113,12 +113,12 @@ class DatabaseClock:
     @property
     def offset(self) -> timedelta:
         """The server's time less the local clock's (zero until measured)."""
-        return timedelta(milliseconds=0 if self._reading is None else self._reading[0])
+        return timedelta(0) if self._reading is None else self._reading[0]
 
     def now(self) -> datetime:
         reading = self._reading
         now = self.base.now()
-        return now if reading is None else now + timedelta(milliseconds=reading[0])
+        return now if reading is None else now + reading[0]
 
     def now_on(self, conn: sa.Connection) -> datetime:
         """``now()``, measuring the offset on ``conn`` first when it is due."""
@@ -132,7 +132,8 @@ class DatabaseClock:
         server = int(conn.execute(self._statement).scalar_one())
         after = to_ms(self.base.now(), "clock.now()")
         half = max(0, after - before) / 2
-        self._reading = (server - (before + half), half, time.monotonic())
+        self._reading = (timedelta(milliseconds=server - (before + half)), half,
+                         time.monotonic())
 
 
 _CLOCKS: weakref.WeakKeyDictionary[Any, DatabaseClock] = weakref.WeakKeyDictionary()
