@@ -482,11 +482,12 @@ class QueueBase:
             raise InvalidArgumentError(f"error must be a str, got {type(error).__name__}")
         delay_ms = 0 if delay is None else self._lasting(delay, "delay")
         if envelope.group is None and self.recorder is None:
-            return Call(lambda conn: self._move(conn, envelope, self.now_ms(conn) + delay_ms,
+            return Call(lambda conn: self._move(conn, envelope,
+                                                self._due_again(conn, envelope, delay_ms),
                                                 keep_lock=False), True)
 
         def op(conn: sa.Connection) -> bool:
-            due = self.now_ms(conn) + delay_ms
+            due = self._due_again(conn, envelope, delay_ms)
             moved = self._move(conn, envelope, due, keep_lock=False)
             if envelope.group is not None:
                 self.dao.free_groups(conn, self.pkind, envelope.lock, [envelope.group])
@@ -498,6 +499,15 @@ class QueueBase:
             return moved
 
         return Call(op, False)
+
+    def _due_again(self, conn: sa.Connection, envelope: Envelope, delay_ms: int) -> int:
+        """When a released message is due again: ``delay_ms`` from now, or without a delay
+        at its own due time (it was due when it was claimed), not at the release's reading of
+        now. A claim that read the time a moment before the release committed then still
+        finds it due, and a group's head keeps its place: due "now" by the release's clock,
+        it was not yet due by that claim's, which took the group's next message instead."""
+        now = self.now_ms(conn)
+        return now + delay_ms if delay_ms else min(now, to_ms(envelope.scheduled_at))
 
     def _done_event(self, kind: EventKind, envelope: Envelope, detail: str | None = None) -> dict:
         """The event of what the holder of ``envelope`` did with it."""
