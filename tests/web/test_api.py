@@ -4,6 +4,7 @@ DelayedQueue on the same table) is what a user would see there."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -385,25 +386,93 @@ def test_tokens(anonymous, reader, http, server, q):
     assert q.get("k") is None and not q.flow_control().paused
 
 
+def csrf_of(client):
+    """The CSRF token the dashboard's page gives the signed-in browser."""
+    return re.search(r'name="csrf-token" content="([^"]*)"', client.get("/").text).group(1)
+
+
 def test_the_session_cookie_needs_the_csrf_token_and_this_origin_for_changes(anonymous,
                                                                             server, q):
-    page = anonymous.post("/login", data={"token": "admin-token-0123456789"})
+    page = anonymous.post("/login", data={"token": TOKEN})
     assert page.status_code == 303
     cookies = dict(anonymous.cookies)
     assert cookies  # the session
     assert anonymous.get("/v1/queues").status_code == 200  # reads need the cookie alone
-    csrf = server.app.state.tokens.csrf("admin-token-0123456789")
+    csrf = csrf_of(anonymous)
+    assert csrf
     body = {"payload": 1}
     r = anonymous.put(url(q, "k"), json=body)
     assert (r.status_code, r.json()["error"]["code"]) == (403, "csrf")
-    r = anonymous.put(url(q, "k"), json=body, headers={"X-CSRF-Token": csrf,
-                                                       "Origin": "http://evil.example"})
-    assert (r.status_code, r.json()["error"]["code"]) == (403, "cross_origin")
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                    {"Sec-Fetch-Site": "same-site"}):
+        r = anonymous.put(url(q, "k"), json=body, headers={"X-CSRF-Token": csrf, **headers})
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "cross_origin"), headers
     assert q.get("k") is None
     r = anonymous.put(url(q, "k"), json=body, headers={"X-CSRF-Token": csrf,
-                                                       "Origin": server.url})
+                                                       "Origin": server.url,
+                                                       "Sec-Fetch-Site": "same-origin"})
     assert r.status_code == 201
     assert anonymous.post("/login", data={"token": "nope"}).status_code == 401
+
+
+def test_the_session_cookie_holds_no_token_and_signing_out_revokes_it(anonymous, server):
+    assert anonymous.post("/login", data={"token": TOKEN}).status_code == 303
+    session = anonymous.cookies["sqldelay_session"]
+    assert TOKEN not in session and len(session) >= 32
+    csrf = csrf_of(anonymous)
+    with httpx.Client(base_url=server.url, timeout=30) as copy:  # the cookie, copied
+        copy.cookies.set("sqldelay_session", session)
+        assert copy.get("/v1/queues").status_code == 200
+        r = anonymous.post("/logout", data={"csrf": csrf})
+        assert (r.status_code, r.headers["location"]) == (303, "/")
+        r = copy.get("/v1/queues")
+        assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
+        assert 'name="token"' in copy.get("/").text  # the login form again
+    assert anonymous.get("/v1/queues").status_code == 401
+
+
+def test_sign_out_and_sign_in_from_another_site_are_refused(anonymous, server):
+    assert anonymous.post("/login", data={"token": TOKEN}).status_code == 303
+    csrf = csrf_of(anonymous)
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        r = anonymous.post("/logout", data={"csrf": csrf}, headers=headers)
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "cross_origin"), headers
+        r = anonymous.post("/login", data={"token": TOKEN}, headers=headers)
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "cross_origin"), headers
+    r = anonymous.post("/logout", data={"csrf": "forged"})
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "csrf")
+    assert anonymous.get("/v1/queues").status_code == 200  # still signed in
+    r = anonymous.post("/logout", data={"csrf": csrf}, headers={"Origin": server.url,
+                                                                "Sec-Fetch-Site": "same-origin"})
+    assert r.status_code == 303
+    assert anonymous.get("/v1/queues").status_code == 401
+
+
+def test_wrong_tokens_from_one_address_are_slowed_down(backend_url, table_name):
+    """After 20 wrong tokens at once, an address waits (429, Retry-After) before any token
+    of its is read again, the right one included, at the API and at the login alike; the
+    wait is seconds, after which the right token works."""
+    server = Server(backend_url, table_name, sample_every=timedelta(hours=1)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            wrong = {"Authorization": "Bearer wrong-token-0123456789"}
+            for _ in range(20):
+                assert client.get("/v1/queues", headers=wrong).status_code == 401
+            r = client.get("/v1/queues", headers=wrong)
+            assert (r.status_code, r.json()["error"]["code"]) == (429, "too_many_attempts")
+            assert 1 <= int(r.headers["retry-after"]) <= 3
+            right = {"Authorization": f"Bearer {TOKEN}"}
+            assert client.get("/v1/queues", headers=right).status_code == 429
+            r = client.post("/login", data={"token": TOKEN})
+            assert (r.status_code, r.json()["error"]["code"]) == (429, "too_many_attempts")
+            assert "sqldelay_session" not in client.cookies
+            deadline = time.monotonic() + 30
+            while (r := client.get("/v1/queues", headers=right)).status_code == 429:
+                assert time.monotonic() < deadline, "the address stayed refused"
+                time.sleep(0.1)
+            assert r.status_code == 200
+    finally:
+        server.stop()
 
 
 def test_the_dashboard_page_shows_nothing_without_a_token(anonymous, http):

@@ -125,4 +125,13 @@ def test_the_read_only_token_sees_no_changing_buttons(browser, server, engine, t
     for hidden in ("#pause", "#resume", "#requeue-selected", "#drop-selected"):
         expect(page.locator(hidden)).to_be_hidden()
     expect(page.get_by_role("button", name="Requeue")).to_have_count(0)
+    [session] = [c for c in page.context.cookies() if c["name"] == "sqldelay_session"]
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#token")).to_be_visible()  # the login form
+    assert page.context.cookies() == []
+    # the session is closed on the server: a copy of the cookie kept elsewhere is no use
+    other = browser.new_context()
+    other.add_cookies([session])
+    assert other.request.get(server.url + "/v1/queues").status == 401
+    other.close()
     assert errors == []

@@ -37,6 +37,19 @@ def test_mounted_under_a_prefix(tmp_path):
         assert client.get("/queue/v1/queues").json() == {"queues": []}
 
 
+def test_the_session_cookie_is_httponly_strict_and_secure_over_https(tmp_path):
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    create_schema(sa.create_engine(url))
+    app = create_app(create_async_engine(url), token=TOKEN)
+    for base, secure in (("http://testserver", False), ("https://testserver", True)):
+        with TestClient(app, base_url=base) as client:
+            signed = client.post("/login", data={"token": TOKEN}, follow_redirects=False)
+            cookie = signed.headers["set-cookie"]
+            assert "HttpOnly" in cookie and "SameSite=strict" in cookie, cookie
+            assert ("Secure" in cookie) is secure, cookie
+            assert TOKEN not in cookie
+
+
 def test_refused_arguments(tmp_path):
     engine = create_async_engine(f"sqlite:///{tmp_path / 'q.db'}")
     with pytest.raises(TypeError, match="AsyncEngine"):

@@ -26,6 +26,7 @@ from .dashboard import Dashboard
 from .errors import ApiError
 from .inputs import StrictUtf8
 from .openapi import openapi_document
+from .sessions import Sessions, Throttle
 from .throughput import Sampler
 
 MAX_BODY = 1024 * 1024  # bytes
@@ -58,7 +59,8 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
                       max_batch=max_batch, actor=actor)
     document = openapi_document(max_body=max_body, max_batch=max_batch)
     sampler = Sampler(service.inspector.executor, table_name, sample_every)
-    dashboard = Dashboard(tokens, sampler)
+    sessions, throttle = Sessions(), Throttle()  # in memory: see sessions.py
+    dashboard = Dashboard(tokens, sessions, throttle, sampler)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
@@ -75,7 +77,8 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
               *dashboard.routes()]
     app = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(StrictUtf8),
-                                Middleware(AuthMiddleware, tokens=tokens)],
+                                Middleware(AuthMiddleware, tokens=tokens,
+                                           sessions=sessions, throttle=throttle)],
                     exception_handlers={ApiError: _api_error, HTTPException: _http_error,
                                         SchemaMissingError: _schema_missing,
                                         sa.exc.DBAPIError: _database_error,
@@ -85,6 +88,7 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
                                         OSError: _database_error})
     app.state.service = service
     app.state.tokens = tokens
+    app.state.sessions = sessions
     return app
 
 

@@ -2,15 +2,16 @@
 
 Every request but the login page needs one of them, as ``Authorization: Bearer <token>`` or,
 for the dashboard in a browser, as the session cookie that ``POST /login`` sets (HttpOnly,
-SameSite=Strict). Tokens are compared in constant time. A request that changes something and
-is authenticated by the cookie must also carry the page's CSRF token in ``X-CSRF-Token`` and,
-when the browser sends one, an ``Origin`` of this very host: another site can make a browser
-send the cookie, but neither read the page's CSRF token nor forge those headers.
+SameSite=Strict): a random session id, not the token, so that signing out revokes it
+(``sessions``). Tokens are compared in constant time; an address that sends many wrong ones
+is slowed down (429). A request that changes something and is authenticated by the cookie
+must also carry the session's CSRF token in ``X-CSRF-Token`` and come from this very origin
+(its ``Origin`` and ``Sec-Fetch-Site``, when the browser sends them): another site can make a
+browser send the cookie, but neither read the page's CSRF token nor forge those headers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -18,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import ApiError
+from .sessions import Sessions, Throttle
 
 MIN_TOKEN_LENGTH = 16
 COOKIE = "sqldelay_session"
@@ -64,19 +66,44 @@ class Tokens:
                                                                     self.read_only.encode())
         return ADMIN if admin else READER if reader else None
 
-    def csrf(self, presented: str) -> str:
-        """The CSRF token of a session: derived from its token, so no server state is kept."""
-        return hmac.new(presented.encode(), b"sqldelay-csrf", hashlib.sha256).hexdigest()
+
+def throttled(wait: float) -> ApiError:
+    """429: the address sent too many wrong tokens; ``wait`` seconds until the next is read."""
+    return ApiError(429, "too_many_attempts", "too many wrong tokens from this address; try "
+                    f"again in {Throttle.retry_after(wait)} s", field="authorization")
+
+
+def client_address(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+def cross_site_problem(headers: dict[str, str], what: str) -> ApiError | None:
+    """403 unless the request comes from a page of this very origin, as far as the browser
+    tells: an ``Origin`` of this host, a ``Sec-Fetch-Site`` of ``same-origin`` (or ``none``,
+    typed by the user). A client that sends neither (curl) is not a browser's forgery."""
+    origin = headers.get("origin")
+    fetch_site = headers.get("sec-fetch-site")
+    if ((origin is not None and urlsplit(origin).netloc != headers.get("host"))
+            or fetch_site in ("cross-site", "same-site")):
+        return ApiError(403, "cross_origin", f"{what} from another origin is refused",
+                        field="origin")
+    return None
 
 
 class AuthMiddleware:
-    """Refuses requests without a valid token (401), writes by the read-only token (403) and
+    """Refuses requests without a valid token or session (401), tokens from an address that
+    sent too many wrong ones (429), writes by the read-only token (403) and
     cookie-authenticated writes without the CSRF token or from another origin (403); puts the
-    caller's role in ``scope["sqldelay.role"]``."""
+    caller's role in ``scope["sqldelay.role"]`` and a cookie's open session in
+    ``scope["sqldelay.session"]``."""
 
-    def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
+    def __init__(self, app: ASGIApp, tokens: Tokens, sessions: Sessions,
+                 throttle: Throttle) -> None:
         self.app = app
         self.tokens = tokens
+        self.sessions = sessions
+        self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -85,13 +112,25 @@ class AuthMiddleware:
         method, path = scope["method"], _local_path(scope)
         headers = _headers(scope)
         bearer = _bearer(headers.get("authorization"))
-        cookie = _cookies(headers.get("cookie")).get(COOKIE)
-        presented = bearer if bearer is not None else cookie
-        role = self.tokens.role_of(presented)
-        scope["sqldelay.role"] = role
-        scope["sqldelay.token"] = presented if role else None
+        session = None
         problem = None
-        if (method, path) in OPEN or (method == "GET" and path.startswith(ASSETS)):
+        wait = 0.0
+        if bearer:
+            address = client_address(scope)
+            wait = self.throttle.wait(address)
+            role = None if wait else self.tokens.role_of(bearer)
+            if wait:
+                problem = throttled(wait)
+            elif role is None:
+                self.throttle.failed(address)
+        else:  # a session id is random: guessing one is hopeless, and a stale one no attempt
+            session = self.sessions.get(_cookies(headers.get("cookie")).get(COOKIE))
+            role = session.role if session is not None else None
+        scope["sqldelay.role"] = role
+        scope["sqldelay.session"] = session
+        if problem is not None:
+            pass
+        elif (method, path) in OPEN or (method == "GET" and path.startswith(ASSETS)):
             pass
         elif role is None:
             problem = ApiError(401, "unauthorized", "a valid token is needed: send "
@@ -100,26 +139,25 @@ class AuthMiddleware:
             if role != ADMIN:
                 problem = ApiError(403, "read_only", "the read-only token cannot change "
                                    "anything", field="authorization")
-            elif bearer is None:
-                problem = self._csrf_problem(headers, presented)
+            elif session is not None:
+                problem = (cross_site_problem(headers, "a change")
+                           or _csrf_problem(session, headers.get(CSRF_HEADER)))
         if problem is not None:
             response = problem.response()
             if problem.status == 401:
                 response.headers["WWW-Authenticate"] = "Bearer"
+            elif problem.status == 429:
+                response.headers["Retry-After"] = Throttle.retry_after(wait)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
-    def _csrf_problem(self, headers: dict[str, str], token: str) -> ApiError | None:
-        origin = headers.get("origin")
-        if origin is not None and urlsplit(origin).netloc != headers.get("host"):
-            return ApiError(403, "cross_origin", "a change from another origin is refused",
-                            field="origin")
-        given = headers.get(CSRF_HEADER, "")
-        if not hmac.compare_digest(given.encode(), self.tokens.csrf(token).encode()):
-            return ApiError(403, "csrf", "the dashboard's CSRF token is missing or wrong",
-                            field=CSRF_HEADER)
-        return None
+
+def _csrf_problem(session, given: str | None) -> ApiError | None:
+    if not Sessions.csrf_matches(session, given):
+        return ApiError(403, "csrf", "the dashboard's CSRF token is missing or wrong",
+                        field=CSRF_HEADER)
+    return None
 
 
 def _local_path(scope: Scope) -> str:
