@@ -43,6 +43,9 @@ def register(sub) -> None:
                         f"(default: ${READ_ONLY_TOKEN_ENV})")
     p.add_argument("--max-body", type=int, default=None,
                    help="largest request body in bytes (default 1 MiB)")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="connections and requests served at once; beyond it, 503 "
+                        "(default 100)")
     p.add_argument("--history", action="store_true",
                    help="record the events of what the service offers, drops and requeues "
                         "(needs the history table: sqldelay migrate --history)")
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .web import create_app
-        from .web.app import MAX_BODY
+        from .web.app import KEEP_ALIVE, MAX_BODY, MAX_CONNECTIONS
         from .web.auth import Tokens
     except ModuleNotFoundError as exc:
         raise CliError(f"it needs the web extra ({exc.name} is missing): "
@@ -73,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be from 1 to 65535, got {args.port}")
+    if args.max_connections is not None and args.max_connections < 1:
+        raise CliError(f"--max-connections must be at least 1, got {args.max_connections}")
     with database(args):  # reached once, the queue table there: one-line errors otherwise
         pass
     engine = create_async_engine(args.resolved_url)
@@ -84,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     print(f"sqldelay serve: http://{_url_host(args.host)}:{args.port}/ "
           f"(API under /v1, OpenAPI at /v1/openapi.json)", file=sys.stderr)
+    # a bound on connections and requests at once, and on an idle connection's life, whatever
+    # clients do (the app bounds each body's size and the time it takes to arrive)
     uvicorn.run(app, host=args.host, port=args.port,
+                limit_concurrency=args.max_connections or MAX_CONNECTIONS,
+                timeout_keep_alive=KEEP_ALIVE,
                 log_level="info" if args.verbose else "warning")
     return 0
 

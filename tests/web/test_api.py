@@ -4,7 +4,9 @@ DelayedQueue on the same table) is what a user would see there."""
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -280,6 +282,51 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read_whole(http, q):
     r = http.put(url(q, "k"), content=chunks())
     assert (r.status_code, r.json()["error"]["code"]) == (413, "body_too_large")
     assert q.get("k") is None
+
+
+def test_a_body_that_arrives_too_slowly_is_a_408_and_writes_nothing(backend_url, table_name):
+    """A client dripping its body byte by byte is answered 408 (in the service's error
+    shape) once the body timeout has passed since the request began, and its connection is
+    closed; the same for the login form's body."""
+    server = Server(backend_url, table_name, sample_every=timedelta(hours=1),
+                    body_timeout=timedelta(seconds=1)).start()
+    queue = unique_name("web")
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        for head in (f"PUT /v1/queues/{queue}/messages/k HTTP/1.1\r\n"
+                     f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n",
+                     "POST /login HTTP/1.1\r\n"
+                     "Content-Type: application/x-www-form-urlencoded\r\n"):
+            body = b'{"payload": "' + b"x" * 200 + b'"}'
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+                sock.sendall(f"{head}Host: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+                             "\r\n".encode())
+                answer = b""
+                deadline = time.monotonic() + 30
+                for byte in body:  # one byte per 0.2 s at most: 40 s for the whole body
+                    assert time.monotonic() < deadline, "no answer to a slow body"
+                    try:
+                        sock.sendall(bytes([byte]))
+                        answer += sock.recv(65536)  # waits up to 0.2 s
+                    except TimeoutError:
+                        continue
+                    if b"\r\n\r\n" in answer:
+                        break
+                sock.settimeout(30)
+                while chunk := sock.recv(65536):  # to the end: the server closes it
+                    answer += chunk
+            status, _, rest = answer.partition(b"\r\n")
+            assert status == b"HTTP/1.1 408 Request Timeout", answer
+            headers, _, content = rest.partition(b"\r\n\r\n")
+            assert b"connection: close" in headers.lower()
+            assert json.loads(content)["error"]["code"] == "body_timeout"
+        with httpx.Client(base_url=server.url, timeout=30,
+                          headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            assert client.get(f"/v1/queues/{queue}/messages/k").status_code == 404
+            r = client.put(f"/v1/queues/{queue}/messages/k", json={"payload": 1})
+            assert r.status_code == 201  # a body in time is served as before
+    finally:
+        server.stop()
 
 
 def test_queues_and_their_counts(http, q):

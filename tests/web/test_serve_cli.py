@@ -55,6 +55,43 @@ def test_serves_with_the_token_of_a_file(backend_url, table_name, tmp_path):
         proc.communicate(timeout=30)
 
 
+def test_serve_bounds_the_connections_it_serves_at_once(backend_url, table_name):
+    """With --max-connections 4 and four connections open, a fifth client gets 503 at once
+    (not a wait, not the memory of one more client); once they close, it is served."""
+    port = free_port()
+    proc = sqldelay("serve", "--url", backend_url, "--table", table_name, "--port", str(port),
+                    "--max-connections", "4", env={"SQLDELAY_TOKEN": TOKEN})
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    health = f"http://127.0.0.1:{port}/v1/health"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                httpx.get(health, headers=auth)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "sqldelay serve did not answer"
+                time.sleep(0.1)
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        try:
+            deadline = time.monotonic() + 30
+            while (r := httpx.get(health, headers=auth)).status_code != 503:
+                assert time.monotonic() < deadline, "a fifth connection was served"
+                time.sleep(0.05)
+        finally:
+            for sock in held:
+                sock.close()
+        deadline = time.monotonic() + 30
+        while (r := httpx.get(health, headers=auth)).status_code == 503:
+            assert time.monotonic() < deadline, "the closed connections still count"
+            time.sleep(0.05)
+        assert r.json() == {"status": "ok", "database": "ok"}
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "example.com"])
 def test_a_public_address_needs_a_token(host, tmp_path):
     proc = sqldelay("serve", "--url", f"sqlite:///{tmp_path}/q.db", "--host", host,

@@ -24,20 +24,26 @@ from .api import Service
 from .auth import AuthMiddleware, Tokens
 from .dashboard import Dashboard
 from .errors import ApiError
-from .inputs import StrictUtf8
+from .inputs import BodyDeadline, StrictUtf8
 from .openapi import openapi_document
 from .sessions import Sessions, Throttle
 from .throughput import Sampler
 
 MAX_BODY = 1024 * 1024  # bytes
 MAX_BATCH = 1000  # messages in one batch request
+BODY_TIMEOUT = timedelta(seconds=30)  # from a request's start to the end of its body
+# what ``sqldelay serve`` gives uvicorn: connections and tasks at once (beyond: 503), and
+# how long an idle connection is kept open after a response (seconds)
+MAX_CONNECTIONS = 100
+KEEP_ALIVE = 5
 
 
 def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
                table_name: str = DEFAULT_TABLE, history: Any = None,
                max_body: int = MAX_BODY, max_batch: int = MAX_BATCH,
                actor: str | None = None,
-               sample_every: timedelta = timedelta(seconds=10)) -> Starlette:
+               sample_every: timedelta = timedelta(seconds=10),
+               body_timeout: timedelta = BODY_TIMEOUT) -> Starlette:
     """The service over ``engine`` (an ``AsyncEngine``: see
     ``sqldelay.engines.create_async_engine``) and queue table ``table_name``.
 
@@ -46,6 +52,7 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
     ``max_body`` bounds a request's body in bytes, ``max_batch`` a batch's messages;
     ``actor`` names the service in ``enqueued_by`` and the history (default: host:pid:task).
     ``sample_every``: how often the dashboard's throughput is sampled from the history.
+    ``body_timeout``: how long after a request begins its body must have arrived (408).
     """
     problem = engine_problem(engine, "sqldelay.web.create_app")
     if problem:
@@ -54,6 +61,8 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
     for name, value in (("max_body", max_body), ("max_batch", max_batch)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(body_timeout, timedelta) or body_timeout <= timedelta(0):
+        raise ValueError(f"body_timeout must be a positive timedelta, got {body_timeout!r}")
     check_actor(actor, "actor")
     service = Service(engine, table_name=table_name, history=history, max_body=max_body,
                       max_batch=max_batch, actor=actor)
@@ -77,6 +86,8 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
               *dashboard.routes()]
     app = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(StrictUtf8),
+                                Middleware(BodyDeadline,
+                                           seconds=body_timeout.total_seconds()),
                                 Middleware(AuthMiddleware, tokens=tokens,
                                            sessions=sessions, throttle=throttle)],
                     exception_handlers={ApiError: _api_error, HTTPException: _http_error,

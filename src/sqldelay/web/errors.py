@@ -10,12 +10,13 @@ class ApiError(Exception):
     """A refused request: ``status`` (4xx), a stable ``code``, the ``field`` at fault."""
 
     def __init__(self, status: int, code: str, message: str, *,
-                 field: str | None = None) -> None:
+                 field: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.headers = headers
 
     def body(self) -> dict:
         error = {"code": self.code, "message": self.message}
@@ -24,7 +25,7 @@ class ApiError(Exception):
         return {"error": error}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def invalid(field: str, message: str, code: str = "invalid") -> ApiError:

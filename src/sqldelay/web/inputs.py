@@ -5,6 +5,7 @@ a priority and a group may be, so the service accepts exactly what the library d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -14,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..checks import check_text, time_after, time_ms
 from ..errors import InvalidArgumentError
@@ -234,3 +235,40 @@ def _not_utf8(scope: Scope) -> ApiError | None:
                                f"(byte 0x{exc.object[exc.start]:02x}): percent-encode "
                                "text as UTF-8", "invalid_encoding")
     return None
+
+
+class BodyDeadline:
+    """ASGI middleware: a request's body must have arrived ``seconds`` after the request
+    began, or the handler reading it gets 408 (``body_timeout``) and the connection is closed.
+    Without it a client sending a byte now and then holds its connection, and the part of the
+    body read so far, for as long as it likes: a few hundred such clients took the server's
+    memory up by hundreds of megabytes. The body's size is bounded by the handlers
+    (``read_limited``); a handler that does not read the body never waits for it."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
+        complete = False
+
+        async def receive_in_time() -> Message:
+            nonlocal complete
+            if complete:  # after the body: a disconnect, which may come whenever it comes
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise ApiError(408, "body_timeout", "the body did not arrive within "
+                               f"{self.seconds:g} seconds", field="body",
+                               headers={"Connection": "close"}) from None
+            complete = message["type"] != "http.request" or not message.get("more_body")
+            return message
+
+        await self.app(scope, receive_in_time, send)

@@ -29,12 +29,14 @@ def _json(schema: dict, description: str) -> dict:
 def _errors(*statuses: int) -> dict:
     """The error responses of an operation: those every one may answer, and ``statuses``."""
     every = {400, 401, 403, 404, 429, 503}
+    if 413 in statuses:  # a body: too large, or too slow to arrive
+        statuses = (*statuses, 408)
     return {str(s): {"$ref": f"#/components/responses/{_ERROR_NAMES[s]}"}
             for s in sorted(every | set(statuses))}
 
 
 _ERROR_NAMES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-                413: "TooLarge", 429: "TooManyAttempts", 503: "Unavailable"}
+                408: "TooSlow", 413: "TooLarge", 429: "TooManyAttempts", 503: "Unavailable"}
 
 _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _NULLABLE_SECONDS = {"type": ["number", "null"]}
@@ -160,6 +162,7 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
         ("Forbidden", "the read-only token, or a cross-site change"),
         ("NotFound", "no such message, dead letter or route"),
         ("TooLarge", f"the body is over {max_body:,} bytes"),
+        ("TooSlow", "the body did not arrive in time"),
         ("TooManyAttempts", "this address sent too many wrong tokens; wait Retry-After "
          "seconds"),
         ("Unavailable", "the database is unreachable or has no queue table"))}
