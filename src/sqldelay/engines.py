@@ -4,7 +4,12 @@ the extra to install when a driver is missing.
 ``create_engine(url)`` makes a blocking engine, ``create_async_engine(url)`` an asyncio one;
 the latter accepts the blocking URL of a database too and picks that database's async driver
 (``postgresql+psycopg://`` stays psycopg, whose async mode SQLAlchemy selects by itself;
-``sqlite://`` becomes ``sqlite+aiosqlite://``, ``mysql+pymysql://`` ``mysql+asyncmy://``).
+``sqlite://`` becomes ``sqlite+aiosqlite://``, ``mysql+pymysql://`` ``mysql+asyncmy://``),
+and the former the other way round (``postgresql+asyncpg://`` becomes
+``postgresql+psycopg://``, ``sqlite+aiosqlite://`` ``sqlite://``, ``mysql+asyncmy://``
+``mysql+pymysql://``): a blocking engine on an async-only driver fails at its first statement
+with SQLAlchemy's MissingGreenlet, so one URL (``SQLDELAY_URL``) serves the asyncio worker,
+the service and the blocking commands alike.
 The command line builds its engines here; applications may too, or call SQLAlchemy directly.
 """
 
@@ -32,6 +37,9 @@ DRIVERS = {
 # backend -> the async driver used when a URL names a blocking one (or none)
 ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "psycopg", "mysql": "asyncmy",
                  "mariadb": "asyncmy", "mssql": "aioodbc", "oracle": "oracledb_async"}
+# backend -> the blocking driver used when a URL names an async-only one (those of the extras)
+BLOCKING_DRIVERS = {"sqlite": None, "postgresql": "psycopg", "mysql": "pymysql",
+                    "mariadb": "pymysql", "mssql": "pyodbc", "oracle": "oracledb"}
 _ASYNC_ONLY = {"asyncpg", "psycopg_async", "asyncmy", "aiosqlite", "aiomysql", "aioodbc",
                "oracledb_async"}
 # what SQLAlchemy picks for a URL without a driver, which sqldelay does not install (for
@@ -44,9 +52,16 @@ class DriverMissingError(SqlDelayError):
 
 
 def create_engine(url: str | sa.URL, **kwargs: Any) -> sa.Engine:
-    """A blocking engine for ``url``."""
-    parsed = _parse(url)
-    return _made(parsed, sa.create_engine, kwargs)
+    """A blocking engine for ``url``, whose driver is made the database's blocking one if the
+    URL names an async-only driver."""
+    given, blocking = _parse(url), blocking_url(url)
+    try:
+        return _made(blocking, sa.create_engine, kwargs)
+    except DriverMissingError as exc:
+        if blocking.drivername == given.drivername:
+            raise
+        raise DriverMissingError(f"a blocking engine for {given.drivername}:// uses "
+                                 f"{blocking.drivername}:// instead, and {exc}") from None
 
 
 def create_async_engine(url: str | sa.URL, **kwargs: Any):
@@ -71,6 +86,16 @@ def async_url(url: str | sa.URL) -> sa.URL:
     if backend not in ASYNC_DRIVERS:
         return parsed  # an unsupported database: DelayedQueue names the supported ones
     return parsed.set(drivername=f"{backend}+{ASYNC_DRIVERS[backend]}")
+
+
+def blocking_url(url: str | sa.URL) -> sa.URL:
+    """``url`` with its database's blocking driver, if it names an async-only one."""
+    parsed = _parse(url)
+    backend = parsed.get_backend_name()
+    if parsed.get_driver_name() not in _ASYNC_ONLY or backend not in BLOCKING_DRIVERS:
+        return parsed
+    driver = BLOCKING_DRIVERS[backend]
+    return parsed.set(drivername=backend if driver is None else f"{backend}+{driver}")
 
 
 def _parse(url: str | sa.URL) -> sa.URL:
