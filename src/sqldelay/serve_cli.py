@@ -14,6 +14,7 @@ import argparse
 import ipaddress
 import os
 import secrets
+import socket
 import sys
 from pathlib import Path
 
@@ -68,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
         if not is_loopback(args.host):
             raise CliError(f"refusing to bind {args.host} without a token; give --token-file "
                            f"or ${TOKEN_ENV}")
-        token = secrets.token_urlsafe(32)
-        print(f"sqldelay serve: no token given; this run's token is {token}", file=sys.stderr)
+        token = made = secrets.token_urlsafe(32)  # printed once every check has passed
+    else:
+        made = None
     try:
         Tokens(token, read_only)  # checked before the database is reached
     except ValueError as exc:
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--max-connections must be at least 1, got {args.max_connections}")
     with database(args):  # reached once, the queue table there: one-line errors otherwise
         pass
+    _check_port(args.host, args.port)
     engine = create_async_engine(args.resolved_url)
     try:
         app = create_app(engine, token=token, read_only_token=read_only,
@@ -87,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
                          history=args.history or None)
     except (TypeError, ValueError) as exc:
         raise CliError(str(exc)) from None
+    if made is not None:
+        print(f"sqldelay serve: no token given; this run's token is {made}", file=sys.stderr)
     print(f"sqldelay serve: http://{_url_host(args.host)}:{args.port}/ "
           f"(API under /v1, OpenAPI at /v1/openapi.json)", file=sys.stderr)
     # a bound on connections and requests at once, and on an idle connection's life, whatever
@@ -96,6 +101,29 @@ def run(args: argparse.Namespace) -> int:
                 timeout_keep_alive=KEEP_ALIVE,
                 log_level="info" if args.verbose else "warning")
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """An error naming the address unless ``host:port`` can be bound now, bound as uvicorn
+    (asyncio's create_server) will bind it: each address the host resolves to, with
+    SO_REUSEADDR. Checked before the service's URL is printed: uvicorn would log its own
+    ``[Errno 98]`` after that line, and exit."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CliError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+    for family, kind, proto, _, address in dict.fromkeys(addresses):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise CliError(f"cannot serve on {_url_host(host)}:{port}: "
+                               f"{exc.strerror or exc} (another process listens there? "
+                               f"give another --port)") from None
 
 
 def is_loopback(host: str) -> bool:
