@@ -17,6 +17,7 @@ import re
 import sqlalchemy as sa
 from tqdm import tqdm
 
+from .cli_support import CliError
 from .engines import create_engine
 from .errors import SqlDelayError
 from .queue import DelayedQueue
@@ -28,7 +29,7 @@ _NAMED = re.compile(r"^(?P<name>[^:/=]+)=(?P<url>.+)$")
 
 def register(sub) -> None:
     p = sub.add_parser("reshard", help="move messages to their shard after a shard list change",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--from", dest="old", nargs="+", required=True, metavar="SHARD",
                    help="the shards before the change (URL or NAME=URL)")
     p.add_argument("--to", dest="new", nargs="+", required=True, metavar="SHARD",
@@ -36,34 +37,34 @@ def register(sub) -> None:
     p.add_argument("--queue", required=True, help="the queue name")
     p.add_argument("--table", default="delayed_queue", help="queue table name")
     p.add_argument("--serializer", choices=sorted(SERIALIZERS), default="json",
-                   help="the queue's payload type (default json)")
-    p.add_argument("--batch", type=int, default=500, help="messages per transaction (500)")
+                   help="the queue's payload type")
+    p.add_argument("--batch", type=int, default=500, help="messages per transaction")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_reshard)
 
 
 def run_reshard(args: argparse.Namespace) -> int:
     if args.batch < 1:
-        raise SystemExit("--batch must be positive")
+        raise CliError("--batch must be positive")
     engines: dict[str, sa.Engine] = {}
 
     def shards(specs: list[str]) -> dict[str, DelayedQueue] | list[DelayedQueue]:
         named = [_NAMED.match(spec) for spec in specs]
         if any(named) and not all(named):
-            raise SystemExit("name every shard (NAME=URL) or none")
+            raise CliError("name every shard (NAME=URL) or none")
         queues = []
         for spec, match in zip(specs, named, strict=True):
             url = match["url"] if match else spec
             try:
                 engine = engines.get(url) or engines.setdefault(url, create_engine(url))
-            except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
-                raise SystemExit(f"bad shard URL {url!r}: {exc}") from None
+            except SqlDelayError as exc:  # not a URL, or its driver is missing
+                raise CliError(f"bad shard URL: {exc}") from None
             queues.append(DelayedQueue(engine, args.queue, table_name=args.table,
                                        serializer=SERIALIZERS[args.serializer]()))
         if all(named) and named:
             names = [m["name"] for m in named]
             if len(set(names)) != len(names):
-                raise SystemExit("two shards share a name")
+                raise CliError("two shards share a name")
             return dict(zip(names, queues, strict=True))
         return queues
 
@@ -73,8 +74,10 @@ def run_reshard(args: argparse.Namespace) -> int:
         with tqdm(total=total, unit="msg", desc="resharded",
                   disable=args.no_progress) as bar:
             report = sharded.reshard(batch=args.batch, progress=bar.update)
+    except CliError:
+        raise
     except (SqlDelayError, sa.exc.SQLAlchemyError) as exc:  # any database error: one line
-        raise SystemExit(f"reshard failed: {str(exc).splitlines()[0]}") from exc
+        raise CliError(f"reshard failed: {str(exc).splitlines()[0]}") from exc
     finally:
         for engine in engines.values():
             engine.dispose()
