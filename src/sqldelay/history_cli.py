@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .engines import create_engine
+from .cli_support import CliError, database
 from .errors import SchemaMissingError
 from .queue import DelayedQueue
 from .serializers import SERIALIZERS
@@ -18,7 +18,8 @@ from .serializers import SERIALIZERS
 def register(sub) -> None:
     from .cli import add_db_arguments
 
-    p = sub.add_parser("history", help="print a message's history (queues kept with history)")
+    p = sub.add_parser("history", help="print a message's history (queues kept with history)",
+                       description=__doc__)
     add_db_arguments(p)
     p.add_argument("queue", help="queue name")
     p.add_argument("key", help="message key")
@@ -29,21 +30,18 @@ def register(sub) -> None:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    engine = create_engine(args.url)
-    try:
+    with database(args) as engine:  # --url, else $SQLDELAY_URL, as every command
         queue = DelayedQueue(engine, args.queue, table_name=args.table, history=True,
                              serializer=SERIALIZERS[args.serializer]())
         try:
             events = queue.history(args.key)
         except SchemaMissingError:
-            raise SystemExit(
+            raise CliError(
                 f"no history table {queue.recorder.table.name!r}: make it with "
-                f"create_schema(engine, history=True) or the migration with -x history=true"
+                f"sqldelay migrate --history (or create_schema(engine, history=True))"
             ) from None
-    finally:
-        engine.dispose()
     if not events:
-        raise SystemExit(f"no history for key {args.key!r} in queue {args.queue!r}")
+        raise CliError(f"no history for key {args.key!r} in queue {args.queue!r}")
     for e in events:
         if args.json:
             print(json.dumps({"at": e.at.isoformat(), "event": e.kind.value, "actor": e.actor,
