@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -46,16 +47,25 @@ COMMANDS = [
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Shows each option's default (where there is one to show), descriptions as written."""
+    """Shows each option's default (where there is one to show), descriptions as written but
+    for their reStructuredText literals: the commands' module docstrings serve as their
+    descriptions, and ``x`` reads as x in a terminal."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(_plain(text))
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
+        text = _plain(action.help or "")
         default = action.default
         if (action.option_strings and default not in (None, False, argparse.SUPPRESS, [])
                 and "default" not in text):
             shown = getattr(default, "total_seconds", None)
             text += f" (default: {_seconds(default) if shown else '%(default)s'})"
         return text
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"``(.+?)``", r"\1", text, flags=re.DOTALL)
 
 
 def _seconds(delta) -> str:
