@@ -36,7 +36,18 @@ def database_url(args: argparse.Namespace) -> str:
     if not url:
         raise CliError(f"no database given: pass --url URL or set {URL_ENV} (for example "
                        "sqlite:///app.db or postgresql+psycopg://user@host/db)")
+    try:
+        sa.make_url(url)
+    except sa.exc.ArgumentError:
+        given = "--url" if args.url else URL_ENV if os.environ.get(URL_ENV) else "the URL"
+        raise CliError(f"{given} is not a database URL: {_hide_password(url)!r} (for example "
+                       "sqlite:///app.db or postgresql+psycopg://user@host/db)") from None
     return url
+
+
+def _hide_password(text: str) -> str:
+    """A string that SQLAlchemy could not parse, a password in it (``user:secret@``) hidden."""
+    return re.sub(r"([:/][^:/@]*:)[^@/]*@", r"\1***@", text)
 
 
 def shown(url: str | sa.URL) -> str:
@@ -52,8 +63,29 @@ def open_engine(args: argparse.Namespace, *, create: bool = False,
     """A blocking engine on the command's database, reached once to fail early and clearly.
 
     A SQLite file must exist unless ``create`` (migrate, demo), so a mistyped path is not made
-    into a new empty database; with ``table``, the queue table must exist too.
+    into a new empty database; with ``table``, the queue table must exist too. A URL naming
+    an async-only driver (``postgresql+asyncpg://``) gets its database's blocking driver
+    (``engines.create_engine``), so the URL that the asyncio worker and the service use does
+    here too.
     """
+    url = checked_url(args, create=create)
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if table and not sa.inspect(conn).has_table(args.table):
+                raise CliError(_no_table(args.table, url))
+    except sa.exc.DBAPIError as exc:
+        engine.dispose()
+        raise CliError(unreachable(sa.make_url(url), exc)) from exc
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def checked_url(args: argparse.Namespace, *, create: bool = False) -> str:
+    """The command's database URL (kept as ``args.resolved_url``), a SQLite file of it
+    checked as ``open_engine`` says."""
     url = database_url(args)
     args.resolved_url = url
     parsed = sa.make_url(url)
@@ -65,18 +97,18 @@ def open_engine(args: argparse.Namespace, *, create: bool = False,
         if create and not path.parent.is_dir():
             raise CliError(f"cannot create the SQLite database {path.resolve()}: the directory "
                            f"{path.parent.resolve()} does not exist")
-    engine = create_engine(url)
+    return url
+
+
+async def reach_async(engine, args: argparse.Namespace) -> None:
+    """``open_engine``'s first reach, for an asyncio engine on ``checked_url(args)``."""
     try:
-        with engine.connect() as conn:
-            if table and not sa.inspect(conn).has_table(args.table):
-                raise CliError(_no_table(args.table, url))
-    except sa.exc.DBAPIError as exc:
-        engine.dispose()
-        raise CliError(unreachable(parsed, exc)) from exc
-    except BaseException:
-        engine.dispose()
-        raise
-    return engine
+        async with engine.connect() as conn:
+            present = await conn.run_sync(lambda c: sa.inspect(c).has_table(args.table))
+    except (sa.exc.DBAPIError, OSError) as exc:  # asyncpg's refused connection: an OSError
+        raise CliError(unreachable(sa.make_url(args.resolved_url), exc)) from exc
+    if not present:
+        raise CliError(_no_table(args.table, args.resolved_url))
 
 
 @contextmanager

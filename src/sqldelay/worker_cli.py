@@ -22,10 +22,12 @@ from datetime import timedelta
 
 from .cli_support import (
     CliError,
+    checked_url,
     database_url,
     open_engine,
     print_json,
     print_table,
+    reach_async,
     shown,
 )
 from .dead_letters import DeadLetters
@@ -207,7 +209,7 @@ def run_worker(args: argparse.Namespace) -> int:
     url = database_url(args)
     if inspect.iscoroutinefunction(handler) or is_async_url(url):
         # an async def handler, or an async driver in the URL: the asyncio worker
-        args.resolved_url = url
+        checked_url(args)
         return asyncio.run(_run_async_worker(args, names, handler, queue_settings, settings))
     engine = open_engine(args)
     metrics = None
@@ -272,6 +274,7 @@ async def _run_async_worker(args: argparse.Namespace, names: list[str], handler:
     engine = create_async_engine(args.resolved_url)
     metrics = None
     try:
+        await reach_async(engine, args)  # once, to fail early and clearly, as open_engine
         queues = {n: AsyncDelayedQueue(engine, n, **queue_settings) for n in names}
         counts = _Counts()
         listeners = [LoggingListener(), counts]
