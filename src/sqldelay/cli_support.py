@@ -187,19 +187,23 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"the duration {text!r} is too long") from None
 
 
-def confirm(question: str, yes: bool) -> None:
+def add_yes(parser: argparse.ArgumentParser) -> None:
+    """--yes, for a command that deletes or releases: such a command calls ``confirm``."""
+    parser.add_argument("--yes", "-y", action="store_true", help="do it without asking")
+
+
+def confirm(question: str, args: argparse.Namespace) -> None:
     """Go on with --yes, or when "y" is typed at a terminal; otherwise an error (without a
-    terminal, saying to pass --yes: a script must say so explicitly)."""
-    if yes:
+    terminal, saying to pass --yes: a script must say so explicitly). Every command that
+    deletes or releases asks through this, after ``add_yes`` gave it the option. The question
+    goes to stderr, so that it is seen when the output is piped."""
+    if args.yes:
         return
     if not sys.stdin.isatty():
         raise CliError(f"{question} — not confirmed: pass --yes to do it without asking")
-    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
         raise CliError("not confirmed: nothing changed")
-
-
-def add_yes(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--yes", "-y", action="store_true", help="do it without asking")
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

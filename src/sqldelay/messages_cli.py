@@ -56,7 +56,8 @@ def register(sub) -> None:
     p = command("get", "show one message by key", run_get, key=True)
     add_json(p)
 
-    command("drop", "delete one message by key, whatever its state", run_drop, key=True)
+    p = command("drop", "delete one message by key, whatever its state", run_drop, key=True)
+    add_yes(p)
 
     p = command("release-stuck", "give back messages held in flight for too long", run_release)
     p.add_argument("--older-than", type=duration, required=True, metavar="DURATION",
@@ -124,7 +125,12 @@ def run_get(args: argparse.Namespace) -> int:
 
 def run_drop(args: argparse.Namespace) -> int:
     with database(args) as engine:
-        dropped = _queue(args, engine).drop(args.key)
+        queue = _queue(args, engine)
+        message = queue.get(args.key)
+        if message is not None:
+            confirm(f"delete message {args.key!r} of queue {args.queue!r}"
+                    + (" (in flight now)?" if message.in_flight else "?"), args)
+        dropped = message is not None and queue.drop(args.key)
     if not dropped:
         raise CliError(f"no message {args.key!r} in queue {args.queue!r}")
     print(f"dropped {args.key!r} from {args.queue!r}")
@@ -140,7 +146,7 @@ def run_release(args: argparse.Namespace) -> int:
             return 0
         _table(f"{args.queue}: stuck (first {len(stuck)})", stuck)
         confirm(f"give back every message of {args.queue!r} claimed more than "
-                f"{args.older_than} ago, due now?", args.yes)
+                f"{args.older_than} ago, due now?", args)
         print(f"released {queue.release_stuck(args.older_than)} message(s)")
         return 0
 
@@ -154,6 +160,6 @@ def run_purge(args: argparse.Namespace) -> int:
             print(f"queue {args.queue!r} is empty")
             return 0
         confirm(f"delete all {total} message(s) of queue {args.queue!r} "
-                f"({stats.in_flight} in flight)?", args.yes)
+                f"({stats.in_flight} in flight)?", args)
         print(f"deleted {queue.clear()} message(s) from {args.queue!r}")
         return 0

@@ -22,7 +22,9 @@ from datetime import timedelta
 
 from .cli_support import (
     CliError,
+    add_yes,
     checked_url,
+    confirm,
     database_url,
     open_engine,
     print_json,
@@ -125,6 +127,8 @@ def register(sub) -> None:
             a.add_argument("ids", nargs="*", type=int, help="dead-letter ids")
             a.add_argument("--all", action="store_true",
                            help="every dead letter (of --queue, if given)")
+            if name == "drop":
+                add_yes(a)
         a.set_defaults(func=run_dead_letters)
 
 
@@ -332,16 +336,17 @@ def _left(args: argparse.Namespace, stats) -> None:
 
 
 def run_dead_letters(args: argparse.Namespace) -> int:
+    if args.action != "list":
+        if args.all == bool(args.ids):
+            raise CliError("give dead-letter ids or --all, not both or neither")
+        if args.ids and args.queue:
+            raise CliError("--queue filters --all; with ids, give the ids alone")
     engine = open_engine(args)
     try:
         letters = DeadLetters(engine, table_name=args.table)
         if args.action == "list":
             _list_dead_letters(letters.list(args.queue, limit=args.limit), args)
             return 0
-        if args.all == bool(args.ids):
-            raise CliError("give dead-letter ids or --all, not both or neither")
-        if args.ids and args.queue:
-            raise CliError("--queue filters --all; with ids, give the ids alone")
         known = letters.ids(args.queue)
         unknown = sorted(set(args.ids) - set(known))
         if unknown:  # before anything changes
@@ -350,8 +355,14 @@ def run_dead_letters(args: argparse.Namespace) -> int:
         ids = known if args.all else args.ids
         if args.action == "requeue":
             print(f"requeued {letters.requeue(ids)} dead letter(s)")
-        else:
-            print(f"dropped {letters.drop(ids)} dead letter(s)")
+            return 0
+        if not ids:
+            print("no dead letters" + (f" of queue {args.queue!r}" if args.queue else ""))
+            return 0
+        whose = (f"of queue {args.queue!r}" if args.queue else "of every queue") \
+            if args.all else "(" + ", ".join(map(str, ids)) + ")"
+        confirm(f"delete {len(ids)} dead letter(s) {whose} for good?", args)
+        print(f"dropped {letters.drop(ids)} dead letter(s)")
         return 0
     finally:
         engine.dispose()

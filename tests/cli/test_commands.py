@@ -112,7 +112,7 @@ def test_messages_from_offer_to_purge(backend_url, engine, table_name):
     assert "no message 'gone'" in fails("drop", name, "gone", *db, run=here)
     assert "pass --yes" in fails("purge", name, *db)  # no terminal to confirm at
     assert queue.contains("now") and queue.contains("later")
-    assert ok("drop", name, "now", *db, run=here).startswith("dropped")
+    assert ok("drop", name, "now", "--yes", *db, run=here).startswith("dropped")
     assert ok("purge", name, "--yes", *db, run=here).startswith("deleted 1 message")
     assert not queue.contains("later")
     assert "no queue named" in fails("stats", name, *db, run=here)
