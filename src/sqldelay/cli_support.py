@@ -21,6 +21,8 @@ import sqlalchemy as sa
 
 from .engines import create_engine
 from .errors import SchemaMissingError, SqlDelayError
+from .schema import dead_letter_table, queue_table, settings_table
+from .serializers import SERIALIZERS
 
 URL_ENV = "SQLDELAY_URL"
 
@@ -166,6 +168,45 @@ def failure_message(exc: BaseException, args: argparse.Namespace) -> str | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def require_queue(engine: sa.Engine, table: str, queue: str,
+                  type_name: str | None = None) -> str:
+    """An error naming ``queue`` unless queue table ``table`` knows it: it has messages, dead
+    letters or a settings row (a paused queue with nothing in it is known) — with
+    ``type_name``'s payloads if given (a queue is a name and a payload type), else with any.
+    Returns the payload type under which it was found.
+
+    Read by the exact partitions first (one step down an index each); a prefix match, which
+    may scan, only to tell what the error says.
+    """
+    dao = _dao(engine, table)
+    tables = (dao.table, dead_letter_table(dao.table.metadata, table),
+              settings_table(dao.table.metadata, table))
+    kinds = [f"{queue}|{name}" for name in ([type_name] if type_name else sorted(SERIALIZERS))]
+    with engine.connect() as conn:
+        for t in tables:
+            kind = conn.scalar(sa.select(t.c.pkind).where(t.c.pkind.in_(kinds)).limit(1))
+            if kind is not None:
+                return kind.rpartition("|")[2]
+        found = {kind.rpartition("|")[2] for t in tables for kind in conn.scalars(
+            sa.select(t.c.pkind).where(dao.prefix_match(t.c.pkind, f"{queue}|"))
+            .group_by(t.c.pkind)) if kind.rpartition("|")[0] == queue}
+    if found and type_name is None:
+        return min(found)  # payloads of a type of its own
+    if found:
+        hint = (f": pass --serializer {min(found)}" if len(found) == 1
+                and min(found) in SERIALIZERS else "")
+        raise CliError(f"queue {queue!r} in table {table!r} has no {type_name} payloads, only "
+                       f"{', '.join(sorted(found))} ones{hint}")
+    raise CliError(f"no queue named {queue!r} in table {table!r}: no messages, dead letters "
+                   "or settings under that name")
+
+
+def _dao(engine: sa.Engine, table: str):
+    from .dialects import dao_class_for
+
+    return dao_class_for(engine.dialect)(queue_table(sa.MetaData(), table))
 
 
 # ---- input ---------------------------------------------------------------------------------

@@ -9,7 +9,15 @@ import dataclasses
 import json
 import time
 
-from .cli_support import CliError, add_json, open_engine, print_json, print_table, shown
+from .cli_support import (
+    CliError,
+    add_json,
+    open_engine,
+    print_json,
+    print_table,
+    require_queue,
+    shown,
+)
 from .inspection import Inspector
 from .inspection_base import QueueSummary
 
@@ -41,10 +49,14 @@ def summaries(inspector: Inspector, queue: str | None) -> list[QueueSummary]:
     if queue is None:
         return found
     mine = [s for s in found if s.queue == queue]
-    if not mine:
-        names = ", ".join(sorted({s.queue for s in found})) or "none"
-        raise CliError(f"no queue named {queue!r} in table {inspector.dao.table.name!r} "
-                       f"(queues with messages or dead letters: {names})")
+    if not mine:  # known all the same if it has settings (paused, limited), with nothing in it
+        try:
+            type_name = require_queue(inspector.engine, inspector.dao.table.name, queue)
+        except CliError as exc:
+            names = ", ".join(sorted({s.queue for s in found})) or "none"
+            raise CliError(f"{exc} (queues with messages or dead letters: {names})") from None
+        return [QueueSummary(queue, type_name, due=0, scheduled=0, in_flight=0,
+                             dead_letters=0, oldest_due_age=None)]
     return mine
 
 

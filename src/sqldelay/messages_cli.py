@@ -17,6 +17,7 @@ from .cli_support import (
     duration,
     print_json,
     print_table,
+    require_queue,
 )
 from .inspection import Inspector
 from .messages import QueuedMessage
@@ -73,6 +74,9 @@ def register(sub) -> None:
 
 
 def _queue(args: argparse.Namespace, engine, **kwargs) -> DelayedQueue:
+    """The queue of the command, which must be one the table knows (an unknown name is an
+    error, as a typo would otherwise look like an empty queue)."""
+    require_queue(engine, args.table, args.queue, SERIALIZERS[args.serializer].type_name)
     return DelayedQueue(engine, args.queue, table_name=args.table,
                         serializer=SERIALIZERS[args.serializer](), **kwargs)
 
@@ -99,6 +103,7 @@ def _table(title: str, messages: list[QueuedMessage]) -> None:
 
 def run_peek(args: argparse.Namespace) -> int:
     with database(args) as engine:
+        _queue(args, engine)
         page = Inspector(engine, table_name=args.table).peek(
             args.queue, args.state, limit=args.limit, key_prefix=args.prefix, after=args.after,
             serializer=SERIALIZERS[args.serializer]())

@@ -30,6 +30,7 @@ from .cli_support import (
     print_json,
     print_table,
     reach_async,
+    require_queue,
     shown,
 )
 from .dead_letters import DeadLetters
@@ -344,6 +345,8 @@ def run_dead_letters(args: argparse.Namespace) -> int:
     engine = open_engine(args)
     try:
         letters = DeadLetters(engine, table_name=args.table)
+        if args.queue is not None:
+            require_queue(engine, args.table, args.queue)
         if args.action == "list":
             _list_dead_letters(letters.list(args.queue, limit=args.limit), args)
             return 0

@@ -1,0 +1,78 @@
+"""Settings every command reads alike, and outputs that say what happened: SQLDELAY_URL for
+``history`` too; an unknown queue is an error naming it for every command that reads or
+deletes a queue (unknown: no messages, no dead letters and no settings row under the name);
+a drain says how many handler calls succeeded and failed; a negative duration is refused by
+name; tables piped to another program are not wrapped at 80 columns; help without
+reStructuredText markup, each command's own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from sqldelay import DeadLetters, DelayedQueue, create_schema
+
+from .test_commands import fails, here, ok, sqldelay
+
+
+@pytest.fixture
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = sa.create_engine(url)
+    create_schema(engine, history=True)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def engine(url):
+    engine = sa.create_engine(url)
+    yield engine
+    engine.dispose()
+
+
+def test_history_reads_sqldelay_url(url, engine):
+    DelayedQueue(engine, "emails", history=True).offer("welcome:42", {"to": "a@b.c"})
+    done = sqldelay("history", "emails", "welcome:42", "--json", env={"SQLDELAY_URL": url})
+    assert done.returncode == 0, done.stderr
+    [event] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert event["event"] == "offered"
+    assert "no history for key 'other'" in fails("history", "emails", "other", "--url", url,
+                                                 run=here)
+
+
+# every command that reads or deletes the messages of one queue, as typed for queue "nope"
+ON_A_QUEUE = [["peek", "nope"], ["purge", "nope", "--yes"], ["get", "nope", "k"],
+              ["drop", "nope", "k", "--yes"], ["stats", "nope"],
+              ["release-stuck", "nope", "--older-than", "1m", "--yes"],
+              ["dead-letters", "list", "--queue", "nope"],
+              ["dead-letters", "requeue", "--all", "--queue", "nope"],
+              ["dead-letters", "drop", "--all", "--queue", "nope", "--yes"]]
+
+
+def test_an_unknown_queue_is_an_error_naming_it_for_every_command(url, engine):
+    DelayedQueue(engine, "real").offer("k", 1)
+    for command in ON_A_QUEUE:
+        line = fails(*command, "--url", url, run=here)
+        assert "no queue named 'nope'" in line, (command, line)
+
+
+def test_a_queue_known_by_its_settings_or_dead_letters_alone_is_no_error(url, engine):
+    DelayedQueue(engine, "paused").pause()  # a settings row, nothing in it
+    buried = DelayedQueue(engine, "buried")
+    buried.offer("k", 1)
+    assert DeadLetters.of(buried).bury(buried.poll(), "boom")
+    db = ["--url", url]
+    for name in ("paused", "buried"):
+        assert json.loads(ok("peek", name, "--json", *db, run=here))["messages"] == []
+        assert f"queue {name!r} is empty" in ok("purge", name, *db, run=here)
+        [stats] = json.loads(ok("stats", name, "--json", *db, run=here))
+        assert (stats["queue"], stats["due"], stats["dead_letters"]) == \
+            (name, 0, 1 if name == "buried" else 0)
+    assert "no dead letters of queue 'paused'" in ok("dead-letters", "list", "--queue",
+                                                    "paused", *db, run=here)
+    # a queue is a name and a payload type: the wrong one is named, with the right one
+    line = fails("peek", "buried", "--serializer", "str", *db, run=here)
+    assert "has no str payloads, only json ones: pass --serializer json" in line
