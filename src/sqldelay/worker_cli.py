@@ -227,8 +227,7 @@ def run_worker(args: argparse.Namespace) -> int:
         _started(args, worker)
         try:
             if args.drain:
-                handled = worker.drain()
-                print(f"handled {handled} message(s)")
+                print(_drained(worker.drain(), counts))
                 _left(args, [q.stats() for q in queues.values()])
             else:
                 worker.run()
@@ -294,7 +293,7 @@ async def _run_async_worker(args: argparse.Namespace, names: list[str], handler:
         _started(args, worker)
         try:
             if args.drain:
-                print(f"handled {await worker.drain()} message(s)")
+                print(_drained(await worker.drain(), counts))
                 _left(args, [await q.stats() for q in queues.values()])
             else:
                 await worker.run()
@@ -324,6 +323,14 @@ def _stopped(counts: _Counts, worker) -> None:
         return
     log.info("worker stopped: %d handled, %d failed and retried later, %d dead-lettered",
              counts.ok, counts.retried, counts.buried)
+
+
+def _drained(handled: int, counts: _Counts) -> str:
+    """What a drain did: how many handler calls succeeded and how many failed."""
+    failed = counts.retried + counts.buried
+    return (f"handled {handled} message(s): {counts.ok} succeeded, {failed} failed"
+            + (f" ({counts.retried} to be retried, {counts.buried} dead-lettered)"
+               if failed else ""))
 
 
 def _left(args: argparse.Namespace, stats) -> None:

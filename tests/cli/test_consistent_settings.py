@@ -76,3 +76,15 @@ def test_a_queue_known_by_its_settings_or_dead_letters_alone_is_no_error(url, en
     # a queue is a name and a payload type: the wrong one is named, with the right one
     line = fails("peek", "buried", "--serializer", "str", *db, run=here)
     assert "has no str payloads, only json ones: pass --serializer json" in line
+
+
+def test_a_drain_says_how_many_succeeded_and_how_many_failed(url, engine):
+    queue = DelayedQueue(engine, "jobs")
+    queue.offer("good", {"n": 1})
+    queue.offer("bad", {"fail": True})
+    queue.offer("worse", {"fail": True})
+    done = sqldelay("worker", "tests.cli.handlers:handle", "--url", url, "--queue", "jobs",
+                    "--drain", "--max-attempts", "1")
+    assert done.returncode == 0, done.stderr
+    assert "handled 3 message(s): 1 succeeded, 2 failed (0 to be retried, 2 dead-lettered)" \
+        in done.stdout
