@@ -28,7 +28,7 @@ from . import (
     verify_cli,
     worker_cli,
 )
-from .cli_support import URL_ENV, failure_message
+from .cli_support import URL_ENV, duration, failure_message, negative_values
 
 # modules with a ``register(subparsers)`` that adds subcommands and sets ``func``
 COMMANDS = [
@@ -116,8 +116,22 @@ def add_db_arguments(parser: argparse.ArgumentParser, *, queue: str | None = Non
         parser.add_argument("--queue", default=queue, help="queue name")
 
 
+def _duration_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The option strings, in every subcommand, whose value is a duration."""
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                found |= _duration_options(command)
+        elif action.type is duration:
+            found.update(action.option_strings)
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(negative_values(words, _duration_options(parser)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("sqldelay.cli").setLevel(logging.INFO)

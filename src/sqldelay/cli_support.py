@@ -217,7 +217,11 @@ _UNITS = {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def duration(text: str) -> timedelta:
-    """``90``, ``90s``, ``10m``, ``1h``, ``2d``, ``250ms`` as a timedelta (argparse type)."""
+    """``90``, ``90s``, ``10m``, ``1h``, ``2d``, ``250ms`` as a timedelta (argparse type).
+    A negative one is refused by name (``main`` hands ``--delay -5m`` over as a value, not as
+    an unknown option)."""
+    if text.strip().startswith("-") and _DURATION.match(text.strip()[1:]):
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
     match = _DURATION.match(text)
     if not match:
         raise argparse.ArgumentTypeError(
@@ -226,6 +230,19 @@ def duration(text: str) -> timedelta:
         return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
     except OverflowError:  # over a timedelta's 999,999,999 days
         raise argparse.ArgumentTypeError(f"the duration {text!r} is too long") from None
+
+
+def negative_values(argv: list[str], options: set[str]) -> list[str]:
+    """``argv`` with ``OPTION -5m`` written ``OPTION=-5m`` for each of ``options``: argparse
+    reads a word starting with "-" that is not a plain number as an option, and would say
+    "expected one argument" instead of what is wrong with the value."""
+    out: list[str] = []
+    for word in argv:
+        if out and out[-1] in options and re.match(r"-[0-9.]", word):
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
 
 
 def add_yes(parser: argparse.ArgumentParser) -> None:

@@ -88,3 +88,13 @@ def test_a_drain_says_how_many_succeeded_and_how_many_failed(url, engine):
     assert done.returncode == 0, done.stderr
     assert "handled 3 message(s): 1 succeeded, 2 failed (0 to be retried, 2 dead-lettered)" \
         in done.stdout
+
+
+@pytest.mark.parametrize("delay", [["--delay", "-5m"], ["--delay=-5m"], ["--delay", "-1"]])
+def test_a_negative_delay_is_refused_by_name(url, engine, delay):
+    done = here("offer", "q", "k", "--payload", "1", *delay, "--url", url)
+    assert done.returncode != 0
+    assert "argument --delay: a duration cannot be negative" in done.stderr, done.stderr
+    assert not DelayedQueue(engine, "q").contains("k")
+    done = here("release-stuck", "q", "--older-than", "-1h", "--url", url)
+    assert "argument --older-than: a duration cannot be negative: '-1h'" in done.stderr
