@@ -272,7 +272,8 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 def print_table(title: str | None, columns: list[str], rows: list[list[Any]],
                 right: tuple[str, ...] = ()) -> None:
-    """Rows under a header, for people (rich lays out and trims to the terminal)."""
+    """Rows under a header, for people (rich lays out and folds cells to fit a terminal; to
+    a pipe, each row is one line)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -281,7 +282,19 @@ def print_table(title: str | None, columns: list[str], rows: list[list[Any]],
         table.add_column(name, justify="right" if name in right else "left", overflow="fold")
     for row in rows:
         table.add_row(*(text(v) for v in row))
-    Console(soft_wrap=False).print(table)
+    Console(soft_wrap=False, width=table_width()).print(table)
+
+
+def table_width() -> int | None:
+    """A terminal's own width (None: rich reads it, or $COLUMNS); piped, no limit that a
+    table's rows would be wrapped at (rich's default is 80 columns, which folded a column
+    head into "priorit y" and split rows that a grep or awk downstream reads one per line)."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return None
+    return PIPED_WIDTH
+
+
+PIPED_WIDTH = 100_000
 
 
 def text(value: Any) -> str:

@@ -8,13 +8,16 @@ reStructuredText markup, each command's own."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
 from sqldelay import DeadLetters, DelayedQueue, create_schema
 
-from .test_commands import fails, here, ok, sqldelay
+from .test_commands import COMMAND, ROOT, fails, here, ok, sqldelay
 
 
 @pytest.fixture
@@ -98,3 +101,18 @@ def test_a_negative_delay_is_refused_by_name(url, engine, delay):
     assert not DelayedQueue(engine, "q").contains("k")
     done = here("release-stuck", "q", "--older-than", "-1h", "--url", url)
     assert "argument --older-than: a duration cannot be negative: '-1h'" in done.stderr
+
+
+def test_a_table_piped_to_another_program_keeps_each_row_on_one_line(url, engine):
+    name = "a-queue-with-a-rather-long-name"
+    key = "a-key-that-is-long-enough-to-push-the-table-past-80-columns"
+    DelayedQueue(engine, name).offer(key, {"payload": "x" * 50},
+                                     datetime.now(UTC) - timedelta(seconds=1))
+    environment = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run([*COMMAND, "peek", name, "--url", url], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    [header] = [line for line in done.stdout.splitlines() if "due at (UTC)" in line]
+    assert "priority" in header and "claimed by" in header
+    [row] = [line for line in done.stdout.splitlines() if key in line]
+    assert '{"payload": "xxxx' in row
