@@ -116,3 +116,25 @@ def test_a_table_piped_to_another_program_keeps_each_row_on_one_line(url, engine
     assert "priority" in header and "claimed by" in header
     [row] = [line for line in done.stdout.splitlines() if key in line]
     assert '{"payload": "xxxx' in row
+
+
+def _parsers():
+    from sqldelay.cli import build_parser
+
+    top = build_parser()
+    yield "sqldelay", top
+    [sub] = [a for a in top._actions if a.choices and "purge" in a.choices]
+    for name, parser in sub.choices.items():
+        yield name, parser
+        for nested in (a for a in parser._actions if a.choices and a.dest == "action"):
+            for action, child in nested.choices.items():
+                yield f"{name} {action}", child
+
+
+def test_help_shows_no_markup_and_each_command_describes_itself():
+    for name, parser in _parsers():
+        text = parser.format_help()
+        assert "``" not in text, name
+    assert "--watch" not in ok("queues", "--help", run=here)
+    assert "--watch" in ok("stats", "--help", run=here)
+    assert "sqldelay offer QUEUE KEY --payload JSON" in ok("offer", "--help", run=here)
