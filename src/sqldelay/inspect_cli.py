@@ -29,19 +29,19 @@ def register(sub) -> None:
     from .cli import add_db_arguments
 
     p = sub.add_parser("queues", help="every queue with its counts",
-                       description="Every queue of the table with its due, scheduled, "
-                                   "in-flight and dead-letter counts and how long the oldest "
-                                   "due message has waited, read in one pass over the table "
-                                   "(sqldelay stats QUEUE for one of them, or to watch them).")
+                       description="Every queue of the table with its due, scheduled, in-flight "
+                                   "and dead-letter counts\nand how long the oldest due message "
+                                   "has waited, read in one pass over the table\n(sqldelay "
+                                   "stats QUEUE for one of them, or to watch them).")
     add_db_arguments(p)
     add_json(p)
     p.set_defaults(func=run, queue=None, watch=None)
 
     p = sub.add_parser("stats", help="counts of one queue, or of all; --watch refreshes",
-                       description="The counts of one queue, or of every queue: due, "
-                                   "scheduled, in flight, dead letters and the "
-                                   "oldest due message's age. --watch reads them again until "
-                                   "Ctrl-C, refreshing in place; --json is for scripts.")
+                       description="The counts of one queue, or of every queue: due, scheduled, "
+                                   "in flight, dead letters\nand the oldest due message's age. "
+                                   "--watch reads them again until Ctrl-C, refreshing in\n"
+                                   "place; --json is for scripts.")
     p.add_argument("queue", nargs="?", default=None, help="one queue (default: every queue)")
     add_db_arguments(p)
     add_json(p)
