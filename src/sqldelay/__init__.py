@@ -24,7 +24,7 @@ from .errors import (
 from .history import EventKind, History, HistoryEvent
 from .inspection import Inspector
 from .inspection_async import AsyncInspector
-from .inspection_base import MessagePage, QueueSummary
+from .inspection_base import MessagePage, QueuePage, QueueSummary
 from .listeners import LoggingListener, QueueListener, WorkerListener
 from .messages import Delivery, Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue import DelayedQueue
@@ -55,7 +55,7 @@ __all__ = [
     "Delivery", "Envelope", "EventKind", "FakeClock", "History", "HistoryEvent", "Inspector",
     "InstalledSchedule", "InvalidArgumentError", "JsonSerializer", "LoggingListener", "Message",
     "MessagePage", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueListener",
-    "QueueStats", "QueueSummary", "QueuedMessage", "RetryPolicy", "SchemaMissingError",
+    "QueuePage", "QueueStats", "QueueSummary", "QueuedMessage", "RetryPolicy", "SchemaMissingError",
     "Serializer", "ShardUnavailableError", "ShardedQueue", "SqlDelayError", "StrSerializer",
     "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener",
     "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",

@@ -7,7 +7,7 @@ from .clock import Clock
 from .concurrency_async import AsyncConnection, AsyncEngine, engine_problem
 from .errors import InvalidArgumentError
 from .executor_async import AsyncExecutor
-from .inspection_base import InspectorBase, MessagePage, QueueSummary
+from .inspection_base import InspectorBase, MessagePage, QueuePage, QueueSummary
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 
@@ -27,6 +27,17 @@ class AsyncInspector(InspectorBase):
         """Every queue with messages or dead letters: due, scheduled, in flight, dead letters
         and the oldest due message's age, read for all queues at once."""
         return await self.executor.run(self.queues_op(), write=False, connection=connection)
+
+    async def queues_page(self, *, limit: int = 50, after: str | None = None,
+                          prefix: str | None = None,
+                          connection: AsyncConnection | None = None) -> QueuePage:
+        """A page of ``queues``: at most ``limit`` queues whose name starts with ``prefix``,
+        in the database's order of "name|payload type" (bytes); ``after`` is the previous
+        page's ``next_after``. For a table of many queues, where ``queues`` would read and
+        send every one."""
+        return await self.executor.run(self.queues_page_op(limit, after, prefix),
+                                       write=False, connection=connection,
+                                       one_statement=True)
 
     async def peek(self, queue: str, state: str = "due", *, limit: int = 50,
                    key_prefix: str | None = None, after: str | None = None,

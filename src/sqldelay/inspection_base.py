@@ -20,7 +20,7 @@ from .dialects import dao_class_for
 from .errors import InvalidArgumentError
 from .messages import QueuedMessage
 from .queue_base import MAX_QUEUE_NAME, queued_message
-from .schema import DEFAULT_TABLE, KEY_LENGTH, dead_letter_table, queue_table
+from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, dead_letter_table, queue_table
 from .serializers import JsonSerializer, Serializer
 
 Op = Callable[[sa.Connection], Any]
@@ -49,6 +49,15 @@ class MessagePage:
     this was the last)."""
 
     messages: list[QueuedMessage]
+    next_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    """A page of ``queues_page``: the queues, and the ``after`` that reads the next page
+    (None: this was the last)."""
+
+    queues: list[QueueSummary]
     next_after: str | None
 
 
@@ -86,6 +95,34 @@ class InspectorBase:
                     in_flight=int(r.in_flight) if r else 0,
                     dead_letters=letters.get(pkind, 0), oldest_due_age=oldest))
             return out
+
+        return op
+
+    def queues_page_op(self, limit: int, after: str | None, prefix: str | None) -> Op:
+        """Up to ``limit`` queues with messages or dead letters whose name starts with
+        ``prefix``, following the page that returned ``after``, in the database's order of
+        "name|payload type": one read of both tables, cut by the database."""
+        check_positive_int(limit, "limit")
+        if after is not None:
+            check_text(after, "after", KIND_LENGTH)
+        if prefix is not None and prefix != "":
+            check_text(prefix, "prefix", MAX_QUEUE_NAME)
+        now = to_ms(self.clock.now(), "clock.now()")
+        stmt = self.dao.select_stats_page(self.dead, now, limit, after, prefix or None)
+
+        def op(conn: sa.Connection) -> QueuePage:
+            rows = conn.execute(stmt).all()
+            out = []
+            for r in rows:
+                queue, type_name = _split(r.pkind)
+                oldest = None if r.oldest_due is None else timedelta(
+                    milliseconds=now - int(r.oldest_due))
+                out.append(QueueSummary(queue, type_name, due=int(r.due),
+                                        scheduled=int(r.scheduled),
+                                        in_flight=int(r.in_flight),
+                                        dead_letters=int(r.dead_letters),
+                                        oldest_due_age=oldest))
+            return QueuePage(out, rows[-1].pkind if len(rows) == limit else None)
 
         return op
 

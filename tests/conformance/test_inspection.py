@@ -150,3 +150,39 @@ def test_queue_listeners_hear_offers_on_both_fronts(make_queue):
     assert heard == [(q.name, [OfferOutcome.CREATED] * 2), (q.name, [OfferOutcome.IGNORED])]
     with pytest.raises(InvalidArgumentError, match="QueueListener"):
         make_queue(listeners=[object()])
+
+
+def test_queues_page_by_page_by_prefix(front, make_queue, table_name, clock):
+    """A table of many queues is read a page at a time, in one order, each queue once, with
+    the same counts as the whole list; a queue with dead letters only is on its page too; a
+    prefix keeps the queues whose name starts with it (LIKE's metacharacters literal)."""
+    base = unique_name("pg")
+    queues = [make_queue(f"{base}_{i}") for i in range(5)]
+    for i, q in enumerate(queues):
+        q.offer("k", i, clock.now())
+    strs = make_queue(f"{base}_2", serializer=StrSerializer())
+    strs.offer("s", "text", clock.now() + MIN)
+    dead = make_queue(f"{base}%x")  # dead letters only; % is no wildcard
+    dead.offer("x", 1, clock.now())
+    front.dead_letters(dead).bury(dead.poll(), "boom")
+    inspector = front.inspector(table_name=table_name, clock=clock)
+
+    seen, after = [], None
+    while True:
+        page = inspector.queues_page(limit=2, after=after, prefix=base)
+        assert len(page.queues) <= 2
+        seen += page.queues
+        after = page.next_after
+        if after is None:
+            break
+    names = [(s.queue, s.type_name) for s in seen]
+    assert len(names) == len(set(names)) == 7
+    assert set(names) == set(mine(inspector.queues(), *(n for n, _ in names)))
+    assert {(s.queue, s.type_name): (s.due, s.scheduled, s.dead_letters) for s in seen} == {
+        **{(q.name, "json"): (1, 0, 0) for q in queues}, (strs.name, "str"): (0, 1, 0),
+        (dead.name, "json"): (0, 0, 1)}
+    page = inspector.queues_page(limit=50, prefix=f"{base}%")
+    assert [(s.queue, s.dead_letters) for s in page.queues] == [(dead.name, 1)]
+    assert page.next_after is None
+    with pytest.raises(InvalidArgumentError):
+        inspector.queues_page(limit=0)

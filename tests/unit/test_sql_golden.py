@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay.dialects import REGISTRY, OfferRow
-from sqldelay.schema import queue_table, schema_tables
+from sqldelay.schema import dead_letter_table, queue_table, schema_tables
 
 from .dao_recorder import (
     RecordingConnection,
@@ -83,6 +83,8 @@ def emitted(name: str) -> list[tuple[str, str]]:
         ("clear", dao.delete_kind(KIND)),
         ("stats", dao.select_stats(KIND, 100)),
         ("stats of every queue", dao.select_stats_by_kind(100)),
+        ("a page of queues", dao.select_stats_page(dead_letter_table(sa.MetaData(), "dq"),
+                                                   100, 50, "a|json", "a_b%")),
         ("peek due", dao.select_page(KIND, "due", 100, 50, "a_b%", (90, 7))),
         ("peek in flight", dao.select_page(KIND, "in_flight", 100, 50, None, None)),
     ]:

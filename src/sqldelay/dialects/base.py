@@ -768,6 +768,38 @@ class QueueDao(FlowControl):
         return (sa.select(t.c.pkind, *self._stats_columns(now_ms))
                 .group_by(t.c.pkind).order_by(t.c.pkind))
 
+    def select_stats_page(self, dead: sa.Table, now_ms: int, limit: int, after: str | None,
+                          prefix: str | None) -> sa.Select:
+        """``select_stats_by_kind`` of at most ``limit`` partitions, those after ``after`` in
+        the column's (byte) order whose queue name starts with ``prefix``, each with its count
+        of dead letters (``dead``, the dead-letter table; a partition with dead letters only is
+        one too). One statement, cut and ordered by the database, so that a page follows the
+        database's order of the column and the rest of a table of many queues is never sent:
+        each side's first ``limit`` partitions hold the first ``limit`` of both."""
+        t = self.table
+        stats = self.select_stats_by_kind(now_ms)
+        letters = (sa.select(dead.c.pkind, sa.func.count().label("dead_letters"))
+                   .group_by(dead.c.pkind).order_by(dead.c.pkind))
+        if after is not None:
+            stats = stats.where(t.c.pkind > after)
+            letters = letters.where(dead.c.pkind > after)
+        if prefix:
+            stats = stats.where(self.prefix_match(t.c.pkind, prefix))
+            letters = letters.where(self.prefix_match(dead.c.pkind, prefix))
+        s = stats.limit(limit).subquery("s")
+        d = letters.limit(limit).subquery("d")
+        zero = sa.literal_column("0", sa.BigInteger)
+        both = sa.union_all(
+            sa.select(s.c.pkind, s.c.due, s.c.scheduled, s.c.in_flight, s.c.oldest_due,
+                      zero.label("dead_letters")),
+            sa.select(d.c.pkind, zero, zero, zero, sa.cast(sa.null(), sa.BigInteger),
+                      d.c.dead_letters)).subquery("b")
+        return (sa.select(both.c.pkind, *(sa.func.sum(both.c[name]).label(name) for name in
+                                          ("due", "scheduled", "in_flight")),
+                          sa.func.min(both.c.oldest_due).label("oldest_due"),
+                          sa.func.sum(both.c.dead_letters).label("dead_letters"))
+                .group_by(both.c.pkind).order_by(both.c.pkind).limit(limit))
+
     def _stats_columns(self, now_ms: int) -> list[sa.ColumnElement]:
         """Due (lock expired included), scheduled (not yet due, unlocked), in flight (locked,
         lock not expired) and the earliest due time among the due."""
