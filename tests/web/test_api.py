@@ -336,13 +336,41 @@ def test_queues_and_their_counts(http, q):
     q.offer("later", 1, at=datetime.now(UTC) + timedelta(hours=1))
     q.offer("taken", 1, at=datetime.now(UTC) - timedelta(seconds=5))
     q.poll()  # takes "taken", the earliest due
-    listed = {s["queue"]: s for s in http.get("/v1/queues").json()["queues"]}
+    listed = {s["queue"]: s for s in http.get("/v1/queues",
+                                              params={"prefix": q.name}).json()["queues"]}
     mine = listed[q.name]
     assert (mine["due"], mine["scheduled"], mine["in_flight"], mine["dead_letters"],
             mine["payload_type"]) == (1, 1, 1, 0, "json")
     one = http.get(f"/v1/queues/{q.name}").json()
     assert (one["due"], one["scheduled"], one["in_flight"], one["paused"]) == (1, 1, 1, False)
     assert one["oldest_due_age_seconds"] >= 0
+
+
+def test_the_queue_list_comes_a_page_at_a_time(http, engine, table_name):
+    """However many queues the table holds, one answer holds at most ``limit`` of them (50
+    by default); ``next_after`` reads the next page, each queue comes once."""
+    base = unique_name("many")
+    names = [f"{base}_{i:02}" for i in range(51)]
+    for name in names:
+        DelayedQueue(engine, name, table_name=table_name).offer("k", 1)
+    first = http.get("/v1/queues", params={"prefix": base}).json()
+    assert len(first["queues"]) == 50 and first["next_after"] is not None
+    seen, after = [], None
+    while True:
+        params = {"prefix": base, "limit": 20}
+        if after:
+            params["after"] = after
+        page = http.get("/v1/queues", params=params).json()
+        assert len(page["queues"]) <= 20
+        seen += [s["queue"] for s in page["queues"]]
+        after = page["next_after"]
+        if after is None:
+            break
+    assert seen == names  # in the database's order of the name, here that of the digits
+    for params, field in (({"limit": "0"}, "limit"), ({"limit": "501"}, "limit"),
+                          ({"after": "a\x00b"}, "after"), ({"prefix": "p" * 61}, "prefix")):
+        r = http.get("/v1/queues", params=params)
+        assert (r.status_code, r.json()["error"]["field"]) == (400, field), params
 
 
 def test_browse_by_state_and_prefix_page_by_page(http, q):

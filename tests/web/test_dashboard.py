@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,7 +38,12 @@ def browser():
 
 
 def sign_in(browser, server, token):
-    page = browser.new_context(viewport={"width": 1200, "height": 1000}).new_page()
+    return sign_in_to(browser.new_context(viewport={"width": 1200, "height": 1000}), server,
+                      token)
+
+
+def sign_in_to(context, server, token):
+    page = context.new_page()
     errors = []
     page.on("pageerror", lambda error: errors.append(error))
     page.goto(server.url + "/")
@@ -51,6 +57,12 @@ def row(page, queue):
     return page.locator(f'#queues tbody tr[data-queue="{queue}"]')
 
 
+def show_queues(page, prefix):
+    """The queue list filtered by name prefix (the test table holds many queues)."""
+    page.fill("#queues-prefix", prefix)
+    page.click("#queues-filter button")
+
+
 def test_operator_watches_finds_pauses_and_requeues(browser, server, engine, table_name):
     q = DelayedQueue(engine, unique_name("ui"), table_name=table_name, history=True)
     page = browser.new_page()
@@ -62,6 +74,7 @@ def test_operator_watches_finds_pauses_and_requeues(browser, server, engine, tab
 
     page, errors = sign_in(browser, server, TOKEN)
     expect(page.locator("#role")).to_have_text("admin")
+    show_queues(page, q.name)
     q.offer("order:1", {"item": "tea"})
     expect(row(page, q.name).locator("td.due")).to_have_text("1")
     q.offer("order:2", {"item": "cake"}, at=datetime.now(UTC) + timedelta(hours=1))
@@ -120,6 +133,7 @@ def test_the_read_only_token_sees_no_changing_buttons(browser, server, engine, t
     DeadLetters.of(q).bury(q.poll(), "boom")
     page, errors = sign_in(browser, server, READ_ONLY_TOKEN)
     expect(page.locator("#role")).to_have_text("read-only")
+    show_queues(page, q.name)
     row(page, q.name).locator("a").click()
     expect(page.locator('#dead-letters tbody tr[data-key="k"]')).to_have_count(1)
     for hidden in ("#pause", "#resume", "#requeue-selected", "#drop-selected"):
@@ -134,4 +148,64 @@ def test_the_read_only_token_sees_no_changing_buttons(browser, server, engine, t
     other.add_cookies([session])
     assert other.request.get(server.url + "/v1/queues").status == 401
     other.close()
+    assert errors == []
+
+
+# wraps the page's fetch: each read of the queue list is answered 3 s late (a slow server,
+# slower than the 2 s refresh), and the reads at once are counted
+SLOW_LIST = """
+window.listReads = {now: 0, most: 0, done: 0};
+const realFetch = window.fetch;
+window.fetch = async (url, init) => {
+  if (!String(url).startsWith("v1/queues?")) return realFetch(url, init);
+  const reads = window.listReads;
+  reads.now += 1;
+  reads.most = Math.max(reads.most, reads.now);
+  try {
+    const response = await realFetch(url, init);
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    return response;
+  } finally {
+    reads.now -= 1;
+    reads.done += 1;
+  }
+};
+"""
+
+
+def test_a_slow_queue_list_is_never_read_twice_at_once(browser, server, engine, table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("k", 1)
+    context = browser.new_context()
+    context.add_init_script(SLOW_LIST)
+    page, errors = sign_in_to(context, server, TOKEN)
+    show_queues(page, q.name)  # a read asked for while the first one runs
+    row(page, q.name).locator("a").click()  # and another
+    deadline = time.monotonic() + 60  # three reads of 3 s, 2 s apart (the page's CSP
+    while page.evaluate("window.listReads.done") < 3:  # refuses wait_for_function's eval)
+        assert time.monotonic() < deadline, "the list was not read three times"
+        page.wait_for_timeout(100)
+    assert page.evaluate("window.listReads.most") == 1
+    context.close()
+    assert errors == []
+
+
+def test_the_queue_list_pages(browser, server, engine, table_name):
+    base = unique_name("uipage")
+    names = [f"{base}_{i:02}" for i in range(52)]
+    for name in names:
+        DelayedQueue(engine, name, table_name=table_name).offer("k", 1)
+    page, errors = sign_in(browser, server, TOKEN)
+    show_queues(page, base)
+    rows = page.locator("#queues tbody tr")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_have_attribute("data-queue", names[0])
+    expect(page.locator("#queues-prev")).to_be_hidden()
+    page.click("#queues-next")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_have_attribute("data-queue", names[50])
+    expect(page.locator("#queues-next")).to_be_hidden()
+    page.click("#queues-prev")
+    expect(rows).to_have_count(50)
+    expect(rows.last).to_have_attribute("data-queue", names[49])
     assert errors == []

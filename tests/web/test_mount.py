@@ -34,7 +34,7 @@ def test_mounted_under_a_prefix(tmp_path):
         assert signed.status_code == 303 and signed.headers["location"] == "/queue/"
         assert "Path=/queue/" in signed.headers["set-cookie"]
         assert 'name="csrf-token"' in client.get("/queue/").text
-        assert client.get("/queue/v1/queues").json() == {"queues": []}
+        assert client.get("/queue/v1/queues").json() == {"queues": [], "next_after": None}
 
 
 def test_the_session_cookie_is_httponly_strict_and_secure_over_https(tmp_path):

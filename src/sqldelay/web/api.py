@@ -173,7 +173,18 @@ class Service:
     # ---- queues --------------------------------------------------------------------------
 
     async def list_queues(self, request: Request) -> Response:
-        return JSONResponse({"queues": [summary_json(s) for s in await self.inspector.queues()]})
+        """A page of the queues with messages or dead letters, by name prefix; the database
+        cuts it, so a table of many queues is never read and sent whole."""
+        limit = int_param(request, "limit", 50, low=1, high=500)
+        prefix = request.query_params.get("prefix") or None
+        after = request.query_params.get("after") or None
+        try:
+            page = await self.inspector.queues_page(limit=limit, after=after, prefix=prefix)
+        except InvalidArgumentError as exc:
+            field = "after" if str(exc).startswith("after") else "prefix"
+            raise invalid(field, str(exc), "invalid_parameter") from None
+        return JSONResponse({"queues": [summary_json(s) for s in page.queues],
+                             "next_after": page.next_after})
 
     async def get_queue(self, request: Request) -> Response:
         queue = self.queue(request.path_params["queue"])

@@ -8,7 +8,7 @@ against it.
 from __future__ import annotations
 
 from ..queue_base import MAX_PRIORITY, MAX_QUEUE_NAME, MIN_PRIORITY
-from ..schema import KEY_LENGTH
+from ..schema import KEY_LENGTH, KIND_LENGTH
 from .inputs import MAX_OFFSET
 
 # an ISO-8601 duration as the server takes it (``inputs.parse_delay``): [0-9], as \d matches
@@ -134,8 +134,10 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
         "QueueSummary": {"type": "object", "required": ["queue", "payload_type", *counts],
                          "properties": {"queue": {"type": "string"},
                                         "payload_type": {"type": "string"}, **counts}},
-        "Queues": {"type": "object", "required": ["queues"], "properties": {
-            "queues": {"type": "array", "items": _ref("QueueSummary")}}},
+        "Queues": {"type": "object", "required": ["queues", "next_after"], "properties": {
+            "queues": {"type": "array", "items": _ref("QueueSummary")},
+            "next_after": {"type": ["string", "null"],
+                           "description": "'after' of the next page; null on the last"}}},
         "Queue": {"type": "object", "required": ["queue", "paused", *counts], "properties": {
             "queue": {"type": "string"}, **counts, "paused": {"type": "boolean"},
             "rate_limit": {"type": ["integer", "null"]},
@@ -203,8 +205,13 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
                 "200": _json({"type": "object"}, "the document")})},
             "/v1/throughput": {"get": op("Offered and acked per minute, as sampled", {
                 "200": _json(_ref("Throughput"), "the samples")})},
-            "/v1/queues": {"get": op("Every queue of the table with its counts", {
-                "200": _json(_ref("Queues"), "the queues")})},
+            "/v1/queues": {"get": op("A page of the table's queues with their counts, in "
+                                     "the database's order of 'name|payload type'", {
+                "200": _json(_ref("Queues"), "the queues")}, params=[
+                *page_params, {"name": "prefix", "in": "query",
+                               "schema": {"type": "string", "maxLength": MAX_QUEUE_NAME}},
+                {"name": "after", "in": "query",
+                 "schema": {"type": "string", "maxLength": KIND_LENGTH}}])},
             "/v1/queues/{queue}": {"get": op("A queue's counts and flow control", {
                 "200": _json(_ref("Queue"), "the queue")}, params=[queue])},
             "/v1/queues/{queue}/pause": {"post": op("Stop claims from the queue", {

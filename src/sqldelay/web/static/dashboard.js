@@ -5,16 +5,20 @@
 
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const WRITER = document.querySelector('meta[name="role"]').content === "admin";
-const REFRESH_MS = 2000;
+const REFRESH_MS = 2000;  // from the end of one refresh to the start of the next
+const READ_TIMEOUT_MS = 30000;  // a read that takes longer is given up (and shown)
 const PAGE = 25;
+const QUEUES_PAGE = 50;
 
-const state = {queue: null, browseAfter: null, deadOffset: 0, deadTotal: 0};
+const state = {queue: null, browseAfter: null, deadOffset: 0, deadTotal: 0,
+               queuesAfter: null, queuesBefore: [], queuesNext: null, queuesPrefix: ""};
 
 function $(id) { return document.getElementById(id); }
 
 async function api(method, path, body) {
   const init = {method, credentials: "same-origin", headers: {}};
   if (method !== "GET") init.headers["X-CSRF-Token"] = CSRF;
+  else init.signal = AbortSignal.timeout(READ_TIMEOUT_MS);
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -63,10 +67,42 @@ function when(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
 
 function q(name) { return "queues/" + encodeURIComponent(name); }
 
-// ---- the queue list, refreshed live --------------------------------------------------------
+// ---- the queue list, refreshed live, a page at a time ----------------------------------------
 
-async function refreshQueues() {
-  const {queues} = await api("GET", "queues");
+// One read of the list at a time: a refresh asked for while one is running is done once that
+// one is over (a slow server is never sent a second read of the list on top of the first).
+const queuesRead = {running: null, wanted: false};
+
+function refreshQueues() {
+  queuesRead.wanted = true;
+  if (!queuesRead.running) {
+    queuesRead.running = (async () => {
+      try {
+        while (queuesRead.wanted) {
+          queuesRead.wanted = false;
+          await readQueues();
+        }
+      } finally {
+        queuesRead.running = null;
+      }
+    })();
+  }
+  return queuesRead.running;
+}
+
+async function readQueues() {
+  const params = new URLSearchParams({limit: QUEUES_PAGE});
+  if (state.queuesPrefix) params.set("prefix", state.queuesPrefix);
+  if (state.queuesAfter) params.set("after", state.queuesAfter);
+  const page = await api("GET", "queues?" + params);
+  const queues = page.queues;
+  if (queues.length === 0 && state.queuesBefore.length) {  // the page's queues are gone
+    state.queuesAfter = state.queuesBefore.pop();
+    return readQueues();
+  }
+  state.queuesNext = page.next_after;
+  $("queues-next").hidden = !page.next_after;
+  $("queues-prev").hidden = state.queuesBefore.length === 0;
   const body = $("queues").tBodies[0];
   body.replaceChildren();
   for (const s of queues) {
@@ -88,7 +124,7 @@ async function refreshQueues() {
     cell(row, age(s.oldest_due_age_seconds), "oldest");
     body.appendChild(row);
   }
-  $("no-queues").hidden = queues.length > 0;
+  $("no-queues").hidden = queues.length > 0 || Boolean(state.queuesPrefix);
   $("refreshed").textContent = "updated " + new Date().toLocaleTimeString();
 }
 
@@ -317,7 +353,26 @@ document.addEventListener("DOMContentLoaded", () => {
     state.deadOffset += PAGE;
     return refreshDeadLetters();
   }));
+  $("queues-next").addEventListener("click", guarded(() => {
+    state.queuesBefore.push(state.queuesAfter);
+    state.queuesAfter = state.queuesNext;
+    return refreshQueues();
+  }));
+  $("queues-prev").addEventListener("click", guarded(() => {
+    state.queuesAfter = state.queuesBefore.pop() || null;
+    return refreshQueues();
+  }));
+  $("queues-filter").addEventListener("submit", guarded((event) => {
+    event.preventDefault();
+    state.queuesPrefix = $("queues-prefix").value;
+    state.queuesAfter = null;
+    state.queuesBefore = [];
+    return refreshQueues();
+  }));
+  // the next refresh starts REFRESH_MS after the last one ended: never two at once
   const refresh = guarded(tick);
-  refresh();
-  setInterval(refresh, REFRESH_MS);
+  (async function poll() {
+    await refresh();
+    setTimeout(poll, REFRESH_MS);
+  })();
 });
