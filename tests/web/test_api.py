@@ -542,6 +542,8 @@ def test_wrong_tokens_from_one_address_are_slowed_down(backend_url, table_name):
             assert client.get("/v1/queues", headers=right).status_code == 429
             r = client.post("/login", data={"token": TOKEN})
             assert (r.status_code, r.json()["error"]["code"]) == (429, "too_many_attempts")
+            r = client.post("/login", data={"token": TOKEN}, headers={"Accept": "text/html"})
+            assert r.status_code == 429 and "too many wrong tokens" in r.text  # the form
             assert "sqldelay_session" not in client.cookies
             deadline = time.monotonic() + 30
             while (r := client.get("/v1/queues", headers=right)).status_code == 429:
