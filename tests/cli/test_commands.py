@@ -122,8 +122,8 @@ def test_release_stuck_gives_back_only_messages_held_too_long(backend_url, engin
     name = unique_name("stuck")
     long = DelayedQueue(engine, name, table_name=table_name, acquire_timeout=timedelta(hours=2))
     short = DelayedQueue(engine, name, table_name=table_name, acquire_timeout=timedelta(hours=1))
-    long.offer_many([Message("fresh", 1), Message("old", 2, datetime.now(UTC) + timedelta(
-        milliseconds=1))])
+    due = long.now() - timedelta(seconds=1)  # by the queue's clock: claimed in this order
+    long.offer_many([Message("fresh", 1, due), Message("old", 2, due + timedelta(milliseconds=1))])
     fresh = long.poll()
     old = short.poll()  # as if claimed an hour ago under a 2-hour lock
     assert (fresh.key, old.key) == ("fresh", "old")

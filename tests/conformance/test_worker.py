@@ -452,7 +452,7 @@ def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_ur
     id_of = {r["key"]: str(r["id"]) for r in rows}
 
     assert main(["dead-letters", "requeue", *db, id_of["a"]]) == 0
-    assert main(["dead-letters", "drop", *db, "--all", "--queue", q.name]) == 0
+    assert main(["dead-letters", "drop", *db, "--all", "--queue", q.name, "--yes"]) == 0
     assert capsys.readouterr().out.splitlines() == ["requeued 1 dead letter(s)",
                                                     "dropped 1 dead letter(s)"]
     assert q.contains("a") and not q.contains("b")
