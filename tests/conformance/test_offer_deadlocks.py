@@ -32,6 +32,23 @@ def one_queue(engine):
     drop_schema(engine, table_name=name)
 
 
+def _offer(queue: DelayedQueue, engine: sa.Engine, batch: list[Message], callers: bool) -> None:
+    """Offer ``batch`` in sqldelay's own transaction, or (``callers``) in one of the caller's
+    at READ COMMITTED, as the README advises, where nothing retries it: committed, or rolled
+    back and its error raised."""
+    if not callers:
+        queue.offer_many(batch)
+        return
+    with engine.connect() as conn:
+        queue.dao.begin_read_committed(conn)
+        try:
+            queue.offer_many(batch, connection=conn)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+
+
 class _PauseAfterFirstStatement:
     """A Connection that waits at ``barrier`` once the offer's first statement has run (the
     locking read of the keys, or the insert where the offer starts with it), so two producers
@@ -176,17 +193,10 @@ def test_producers_of_the_same_keys_in_shuffled_orders_never_deadlock(one_queue,
             batch = [Message(k, {"by": n, "round": r}) for k in order]
             try:
                 start.wait()
-                if not callers:
-                    one_queue.offer_many(batch)
-                    continue
-                with engine.connect() as conn:
-                    try:
-                        one_queue.offer_many(batch, connection=conn)
-                        conn.commit()
-                    except sa.exc.DBAPIError as exc:
-                        conn.rollback()
-                        transient = one_queue.dao.classify(exc) is ErrorKind.TRANSIENT
-                        (deadlocks if transient else other).append(exc)
+                _offer(one_queue, engine, batch, callers)
+            except sa.exc.DBAPIError as exc:
+                transient = one_queue.dao.classify(exc) is ErrorKind.TRANSIENT
+                (deadlocks if transient else other).append(exc)
             except BaseException as exc:  # the others stop at the barrier, not in 60 s
                 other.append(exc)
                 start.abort()
@@ -281,17 +291,7 @@ def test_overlapping_batches_and_consumers_on_one_table_never_deadlock(engine, t
             batch = [Message(k, {"by": n}) for k in order]
             try:
                 start.wait()
-                if not callers:
-                    one_queue.offer_many(batch)
-                    continue
-                with engine.connect() as conn:
-                    one_queue.dao.begin_read_committed(conn)
-                    try:
-                        one_queue.offer_many(batch, connection=conn)
-                        conn.commit()
-                    except BaseException:
-                        conn.rollback()
-                        raise
+                _offer(one_queue, engine, batch, callers)
             except BaseException as exc:
                 problems.append(exc)
                 start.abort()
