@@ -7,6 +7,7 @@ Nothing here locks or changes a message.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -158,15 +159,17 @@ def _split(pkind: str) -> tuple[str, str]:
     return queue, type_name
 
 
+# a page's ``next_after``: the last message's due time and id, in ASCII digits (``int``
+# alone would take other scripts' digits, spaces and underscores too)
+AFTER_PATTERN = "^-?[0-9]{1,19}:[0-9]{1,19}$"
+
+
 def _position(after: str | None) -> tuple[int, int] | None:
     """The keyset position in a page's ``next_after``."""
     if after is None:
         return None
-    at, sep, row_id = after.partition(":") if isinstance(after, str) else ("", "", "")
-    try:
-        if not sep:
-            raise ValueError
-        return int(at), int(row_id)
-    except ValueError:
+    if not isinstance(after, str) or not re.fullmatch(AFTER_PATTERN, after):
         raise InvalidArgumentError(
-            f"after must be the next_after of an earlier page, got {after!r}") from None
+            f"after must be the next_after of an earlier page, got {after!r}")
+    at, _, row_id = after.partition(":")
+    return int(at), int(row_id)

@@ -393,7 +393,8 @@ def test_browse_by_state_and_prefix_page_by_page(http, q):
     scheduled = http.get(url(q), params={"state": "scheduled"}).json()["messages"]
     assert [m["key"] for m in scheduled] == ["user:later"]
     for params, field in (({"state": "dead"}, "state"), ({"limit": "0"}, "limit"),
-                          ({"after": "nonsense"}, "after")):
+                          ({"after": "nonsense"}, "after"), ({"after": "١:٢"}, "after"),
+                          ({"after": " 1:2"}, "after"), ({"after": "1_0:2"}, "after")):
         r = http.get(url(q), params=params)
         assert (r.status_code, r.json()["error"]["field"]) == (400, field)
 

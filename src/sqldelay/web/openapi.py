@@ -7,6 +7,7 @@ against it.
 
 from __future__ import annotations
 
+from ..inspection_base import AFTER_PATTERN
 from ..queue_base import MAX_PRIORITY, MAX_QUEUE_NAME, MIN_PRIORITY
 from ..schema import KEY_LENGTH, KIND_LENGTH
 from .inputs import MAX_OFFSET
@@ -228,7 +229,8 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
                             "schema": {"enum": ["due", "scheduled", "in_flight"]}},
                     {"name": "prefix", "in": "query",
                      "schema": {"type": "string", "maxLength": KEY_LENGTH}},
-                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                    {"name": "after", "in": "query",
+                     "schema": {"type": "string", "pattern": AFTER_PATTERN}},
                     *page_params])},
             "/v1/queues/{queue}/messages/{key}": message_path,
             "/v1/queues/{queue}/dead-letters": {"get": op("A page of the queue's dead letters", {
