@@ -70,10 +70,10 @@ def test_an_ack_leaves_while_the_rest_of_its_batch_is_still_being_handled(make_q
 
 def test_a_live_worker_with_a_heartbeat_keeps_its_batch_from_a_second_worker(make_queue,
                                                                             front):
-    # handlers that take a fifth of the lock, a batch of eight: the batch outlives the lock
-    # nearly twice over, and its first messages wait for nothing once handled
-    q = make_queue(clock=SystemClock(), acquire_timeout=S)
-    other = make_queue(q.name, clock=SystemClock(), acquire_timeout=S)
+    # handlers that take a sixth of the lock, a batch of eight: the batch outlives the lock
+    # and its first messages wait for nothing once handled
+    q = make_queue(clock=SystemClock(), acquire_timeout=1500 * MS)
+    other = make_queue(q.name, clock=SystemClock(), acquire_timeout=1500 * MS)
     keys = [f"k{i}" for i in range(8)]
     q.offer_many([Message(k, i) for i, k in enumerate(keys)])
     starts = Starts()
@@ -81,12 +81,12 @@ def test_a_live_worker_with_a_heartbeat_keeps_its_batch_from_a_second_worker(mak
     def handler_of(name):
         def handler(envelope):
             starts.add(envelope.key, name)
-            time.sleep(0.2)  # the handler's work
+            time.sleep(0.25)  # the handler's work
         return handler
 
-    first = front.worker(q, handler_of("first"), batch_size=8, heartbeat=200 * MS,
+    first = front.worker(q, handler_of("first"), batch_size=8, heartbeat=250 * MS,
                          listeners=[])
-    second = front.worker(other, handler_of("second"), batch_size=8, heartbeat=200 * MS,
+    second = front.worker(other, handler_of("second"), batch_size=8, heartbeat=250 * MS,
                           idle_poll=50 * MS, listeners=[])
     threads = [in_thread(first.run)]
     try:
@@ -149,12 +149,14 @@ def test_no_second_start_with_slow_handlers_many_workers_and_a_loaded_machine(ma
     beat is a fifth of the lock: a renewal may wait for the database as long as four beats.
     On SQLite every renewal waits for its one writer, and a waiting writer polls: under this
     load one waited over a second while the other workers' claims went first, so the locks
-    there are three seconds."""
-    lock = 3 * S if engine.dialect.name == "sqlite" else S
-    queues = [make_queue(clock=SystemClock(), acquire_timeout=lock)]
-    queues += [make_queue(queues[0].name, clock=SystemClock(), acquire_timeout=lock)
-               for _ in range(3)]
-    keys = [f"m{i}" for i in range(36)]
+    there are twice as long. The workers have an engine of their own: what they meet is
+    their own load, not connections the suite's other tests left checked out."""
+    lock = 4 * S if engine.dialect.name == "sqlite" else 2 * S
+    own = front.create_engine()
+    queues = [make_queue(clock=SystemClock(), acquire_timeout=lock, engine=own)]
+    queues += [make_queue(queues[0].name, clock=SystemClock(), acquire_timeout=lock,
+                          engine=own) for _ in range(3)]
+    keys = [f"m{i}" for i in range(30)]
     durations = {k: random.uniform(0.1, 2.0) * lock.total_seconds() for k in keys}
     queues[0].offer_many([Message(k, i) for i, k in enumerate(keys)])
     starts = Starts()
@@ -184,4 +186,5 @@ def test_no_second_start_with_slow_handlers_many_workers_and_a_loaded_machine(ma
             thread.join(30)
         for hog in hogs:
             hog.join(10)
+        front.dispose(own)
     assert starts.twice() == {}
