@@ -23,6 +23,7 @@ from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance,
+    positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -73,7 +74,7 @@ def test_generated_requests_get_documented_answers_and_never_a_5xx(http, server)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == sum(len(ops) for ops in document["paths"].values())
     checks = [not_a_server_error, status_code_conformance, content_type_conformance,
-              response_schema_conformance]
+              response_schema_conformance, positive_data_acceptance]
 
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
