@@ -19,7 +19,8 @@ log = logging.getLogger("sqldelay.worker")
 
 class WorkerListener:
     def picked(self, envelopes: Sequence[Envelope]) -> None:
-        """A batch was claimed (two claims a worker made at once come as one)."""
+        """A claim came back with ``envelopes`` (two claims a worker makes at once come as
+        two batches), before any of them is handled."""
 
     def started(self, envelope: Envelope) -> None:
         """The handler is about to run."""

@@ -87,6 +87,7 @@ class AsyncWorker(WorkerBase):
         # the handlers sat idle through the last claim, which came back full: the claims set
         # the pace, so the next claim is two at once (``_claim_next``)
         self._ahead = False
+        self._waited = False  # a batch of the current claim found every handler idle
         # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
         # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
         # many handlers as it brings messages, and a handler going idle wakes no other handler
@@ -267,13 +268,23 @@ class AsyncWorker(WorkerBase):
             await self._sleep_until_due()
 
     async def _claim_and_hand_off(self) -> list | None:
-        """``_claim_next``, the batch put in the handlers' buffer at once."""
+        """``_claim_next``: what it claimed, already in the handlers' buffer."""
+        self._waited = False
         batch, full = await self._claim_next()
+        self._ahead = full and self._waited
+        return batch
+
+    async def _claim_into_buffer(self, queue: AsyncDelayedQueue, count: int) -> list:
+        """Claim up to ``count`` messages of ``queue`` and put them in the handlers' buffer
+        as soon as they arrive: from there the heartbeat renews their locks. Two claims side
+        by side each hand theirs over on its own; the first batch waiting for the second
+        one, out of the heartbeat's sight, lost its locks when the second was slow."""
+        batch = await queue.poll_many(count, by=self.name)
         if batch:
             self._events.emit("picked", batch)
-        async with self._lock:
-            self._ahead = full and self._idle_handlers == self.concurrency
-            if batch:
+            async with self._lock:
+                # the handlers waited for this claim: all of them idle when it came back
+                self._waited = self._waited or self._idle_handlers == self.concurrency
                 self._buffer.extend(batch)
                 self._work.notify(len(batch))
         return batch
@@ -289,7 +300,7 @@ class AsyncWorker(WorkerBase):
 
     async def _claim_next(self) -> tuple[list | None, bool]:
         """Claim from the queues in turn until one has something (None: stopped meanwhile),
-        and whether it took all it asked for.
+        and whether it took all it asked for; what was claimed is in the handlers' buffer.
 
         A worker of one queue that the handlers waited for at its last claim, which came back
         full (``_ahead``), claims two batches at once, on two connections, where the database
@@ -302,8 +313,8 @@ class AsyncWorker(WorkerBase):
             turns = self._rotation.turns(time.monotonic())
         for name, count in turns:
             queue = self.queues[name]
-            claim = partial(self._patiently_on, name, partial(queue.poll_many, count,
-                                                              by=self.name))
+            claim = partial(self._patiently_on, name, partial(self._claim_into_buffer, queue,
+                                                              count))
             twice = (self._ahead and len(self.queues) == 1 and name not in self.limits
                      and queue.dao.claims_side_by_side)
             batch = await (_claimed_twice(claim) if twice else claim())

@@ -19,7 +19,8 @@ import pytest
 
 from sqldelay import Message, SystemClock
 
-from .test_worker import in_thread, wait_for
+from ..fronts import unwrap
+from .test_worker import around_claims, in_thread, wait_for
 
 S = timedelta(seconds=1)
 MS = timedelta(milliseconds=1)
@@ -134,6 +135,46 @@ def test_a_message_whose_lock_was_lost_before_its_handler_started_is_not_handled
     assert starts.seen == [("a", "worker")]  # "b" belongs to the thief now
     assert drained == [1]
     assert thief.ack(stolen)
+
+
+def test_a_batch_claimed_beside_a_slow_claim_is_handled_and_kept_at_once(make_queue, front):
+    """Where a worker claims two batches side by side (PostgreSQL, once its handlers waited
+    for a full claim), the batch that arrives first goes to the handlers and under the
+    heartbeat at once: it does not wait, its locks running out, for the other claim."""
+    lock = 1 * S
+    q = make_queue(clock=SystemClock(), acquire_timeout=lock)
+    queue = unwrap(q)
+    if not queue.dao.claims_side_by_side:
+        pytest.skip(f"{queue.engine.dialect.name} claims one batch at a time")
+    q.offer_many([Message(f"a{i}", i, q.now() - 2 * S) for i in range(2)]
+                 + [Message(f"b{i}", i, q.now() - S) for i in range(4)])
+    starts = Starts()
+    started_b0 = []  # when the handler of b0 began, by the queue's clock
+    slow_claim = threading.Event()  # holds the second claim of the pair back until set
+    release = threading.Event()  # the handlers of b0 and b1 return when set
+    # claim 1 takes a0 and a1 with the handler idle: the next claim is two at once (2, 3)
+    around_claims(q, lambda n: n == 3 and slow_claim.wait(30))
+
+    def handler(envelope):
+        starts.add(envelope.key, "worker")
+        if envelope.key == "b0":
+            started_b0.append(q.now())
+        if envelope.key in ("b0", "b1"):
+            release.wait(30)
+
+    worker = front.worker(q, handler, batch_size=2, heartbeat=lock / 5, listeners=[])
+    thread = in_thread(worker.run)
+    try:
+        wait_for(lambda: started_b0, what="the handler of the first batch of the pair")
+        # b0 runs, b1 waits for the one handler: the heartbeat renews both
+        wait_for(lambda: all((q.get(k).locked_until or started_b0[0]) > started_b0[0] + lock
+                             for k in ("b0", "b1")), what="the locks of b0 and b1 renewed")
+    finally:
+        slow_claim.set()
+        release.set()
+        worker.stop()
+        thread.join(30)
+    assert starts.twice() == {}
 
 
 def _hog(stop) -> None:  # a process that keeps a core busy until told to stop

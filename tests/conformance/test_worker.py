@@ -3,6 +3,9 @@ extension, idle sleeping and wake-ups, listeners."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import itertools
 import json
 import threading
 import time
@@ -21,6 +24,7 @@ from sqldelay import (
 )
 
 from ..conftest import unique_name
+from ..fronts import unwrap
 
 S = timedelta(seconds=1)
 MS = timedelta(milliseconds=1)
@@ -66,6 +70,31 @@ def in_thread(target):
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread
+
+
+def around_claims(q, enter, leave=lambda n: None):
+    """Have every claim of ``q`` (of either front end) call ``enter(n)`` before it and
+    ``leave(n)`` after it, n counting the claims from 1; ``enter`` may block (off the event
+    loop on the asyncio front end)."""
+    queue = unwrap(q)
+    claim, numbers = queue.poll_many, itertools.count(1)
+    if inspect.iscoroutinefunction(claim):
+        async def poll_many(*args, **kwargs):
+            n = next(numbers)
+            await asyncio.to_thread(enter, n)
+            try:
+                return await claim(*args, **kwargs)
+            finally:
+                leave(n)
+    else:
+        def poll_many(*args, **kwargs):
+            n = next(numbers)
+            enter(n)
+            try:
+                return claim(*args, **kwargs)
+            finally:
+                leave(n)
+    queue.poll_many = poll_many
 
 
 @pytest.mark.parametrize("mode", list(ProcessingMode))
@@ -312,15 +341,29 @@ def test_handlers_that_wait_for_claims_get_two_batches_at_once_from_one_queue(ma
         with lock:
             handled.append(envelope.key)
 
+    claiming, most = set(), []  # the claims under way; the most at any time
+
+    def enter(n):
+        with lock:
+            claiming.add(n)
+            most.append(len(claiming))
+
+    def leave(n):
+        with lock:
+            claiming.discard(n)
+
+    for queue in queues:
+        around_claims(queue, enter, leave)
     recorder = Recorder()
     limits = {queues[0].name: 1000} if setup == "a cap in the worker" else None
     worker = front.worker({q.name: q for q in queues}, handler, concurrency=2, batch_size=50,
                           limits=limits, listeners=[recorder])
     assert worker.drain() == len(keys)
     assert sorted(handled) == sorted(keys)  # each once
-    picked = [event[1] for event in recorder.events if event[0] == "picked"]
     twice = setup == "one queue" and queues[0].dao.name == "postgresql"
-    assert max(picked) == (100 if twice else 50)
+    assert max(most) == (2 if twice else 1)
+    # each claim its own batch, of at most batch_size
+    assert max(event[1] for event in recorder.events if event[0] == "picked") == 50
 
 
 def test_idle_worker_sleeps_until_the_next_due_time_not_the_idle_poll(make_queue, front):
