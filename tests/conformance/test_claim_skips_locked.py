@@ -176,6 +176,25 @@ class _PauseAfterRead:
         return result
 
 
+@pytest.mark.parametrize("level", [None, "READ COMMITTED"], ids=["default level", "rc"])
+def test_a_claim_in_an_open_transaction_keeps_no_lock_on_what_it_passed(fresh_table, engine,
+                                                                         clock, level):
+    # Walking the messages in claim order, a claim passes those of a higher priority that
+    # are not yet due. InnoDB kept them locked (at READ COMMITTED too) to the end of the
+    # caller's transaction: once due, a concurrent claim skipped them and took a lower
+    # priority instead.
+    queue = DelayedQueue(engine, "small", table_name=fresh_table, clock=clock)
+    now = clock.now()
+    queue.offer_many([Message("urgent", 1, now + timedelta(seconds=5), priority=5),
+                      Message("first", 2, now - timedelta(seconds=2)),
+                      Message("second", 3, now - timedelta(seconds=1))])
+    options = {} if level is None else {"isolation_level": level}
+    with engine.connect().execution_options(**options) as conn, conn.begin():
+        assert [e.key for e in queue.poll_many(1, connection=conn)] == ["first"]
+        clock.advance(timedelta(seconds=10))  # "urgent" is due, its transaction still open
+        assert [e.key for e in queue.poll_many(1)] == ["urgent"]
+
+
 def test_two_claims_of_a_near_empty_queue_do_not_deadlock(fresh_table, engine):
     # Each claim finds fewer due messages than it wants, so its read reaches the end of the
     # claim index; at InnoDB's REPEATABLE READ it then locks the gap there, and marking its

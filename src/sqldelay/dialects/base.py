@@ -619,14 +619,19 @@ class QueueDao(FlowControl):
         return stmt
 
     def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
+        stmt = self.due_read(where)
+        return stmt.with_for_update(skip_locked=True) if self.skip_locked else stmt
+
+    def due_read(self, where: tuple[str, ...]) -> sa.Select:
+        """The first ``b_limit`` due rows meeting the claim conditions ``where``, as
+        ``_claim_columns`` in claim order, read without locks."""
         t = self.table
-        stmt = (sa.select(*self._claim_columns)
+        return (sa.select(*self._claim_columns)
                 .where(t.c.pkind == sa.bindparam("b_kind"),
                        t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger),
                        *self.due_conditions(where))
                 .order_by(*claim_order(t))
                 .limit(sa.bindparam("b_limit", type_=sa.Integer)))
-        return stmt.with_for_update(skip_locked=True) if self.skip_locked else stmt
 
     # ---- ack, release, extend ----------------------------------------------------------
 

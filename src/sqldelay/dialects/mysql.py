@@ -20,6 +20,7 @@ from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueKey, QueuePayload, QueueText
 from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao, repeat_values, row_name
+from .flow import walk_length
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
 # read from the server once
@@ -202,19 +203,43 @@ class MySQLQueueDao(QueueDao):
         if missing := self.absent_rows(conn, table, pkind, rows):
             conn.execute(sa.insert(table).prefix_with("IGNORE"), missing)
 
+    def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                 where: Sequence[str]) -> Sequence[Sequence]:
+        rows = conn.execute(self.select_due(tuple(where)),
+                            {"b_kind": pkind, "b_now": now_ms, "b_limit": limit,
+                             "b_walk": walk_length(limit)}).fetchall()
+        return sorted(rows, key=_claim_key)  # the locking read's order is not promised
+
     def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
-        # A locking read locks every row it examines, and on a table without statistics
-        # (a new one, a small queue) the optimizer may take the due index and sort: the
-        # claim then locks every due message of the queue while it takes ``limit``, and a
-        # concurrent claim, skipping them all, finds nothing (measured on MariaDB 10.11: of 40
-        # due messages, the first claim of 10 locked all 40 and the second got none). Walking
-        # the claim index in order examines only what it takes, whatever the statistics say.
-        # A grouped queue's ungrouped messages are read from the group index, which holds
-        # them together (group NULL): a locking read walking the claim index for them would
-        # lock every grouped message it passed, to the end of the claim
-        stmt = super().build_select_due(where)
+        # A locking read locks every row it examines, matching or not, and keeps the locks
+        # to the end of its transaction, at READ COMMITTED too. Walking the claim index, a
+        # claim passes the messages of higher priority not yet due: in a caller's open
+        # transaction they stayed locked when they fell due, and a concurrent claim skipped
+        # them for lower priorities (MariaDB 10.11). On a table without statistics the
+        # optimizer may also take the due index and sort, locking every due message (of 40,
+        # a claim of 10 locked all and a second claim got none). So the due messages are
+        # found without locks, in claim order, walking the claim index (the group index for
+        # a grouped queue's ungrouped messages, which it holds together), as many as
+        # concurrent claims leave room for (``walk_length``); then read again by primary
+        # key in that order, still due, each locked unless another claim holds it, until
+        # ``limit``: the only rows locked are those taken. The derived table's LIMIT keeps
+        # it from being merged into the outer read, STRAIGHT_JOIN reads it first (a table
+        # read first would lock all it reads), and the outer read has no ORDER BY: a sort
+        # would lock every row it sorts. The materialized ids are read in the order they
+        # were written, claim order, and ``pick_due`` sorts what it gets.
+        t = self.table
         index = self.group_index if "ungrouped" in where else self.claim_index
-        return stmt.with_hint(self.table, f"FORCE INDEX ({index})")
+        now = sa.bindparam("b_now", type_=sa.BigInteger)
+        due = (self.due_read(where).with_only_columns(t.c.id)
+               .with_hint(t, f"FORCE INDEX ({index})")
+               .limit(sa.bindparam("b_walk", type_=sa.Integer)).subquery("due"))
+        still = [t.c.scheduled_at <= now]
+        if "ungrouped" in where:
+            still.append(t.c.group_key.is_(None))
+        return (sa.select(*self._claim_columns).prefix_with("STRAIGHT_JOIN").select_from(due)
+                .join(t, t.c.id == due.c.id).with_hint(t, "FORCE INDEX (PRIMARY)")
+                .where(*still).limit(sa.bindparam("b_limit", type_=sa.Integer))
+                .with_for_update(skip_locked=True))
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
@@ -422,3 +447,8 @@ class MySQLQueueDao(QueueDao):
 class MariaDBQueueDao(MySQLQueueDao):
     name = "mariadb"
     delete_returning = True  # DELETE … RETURNING, which MySQL lacks
+
+
+def _claim_key(row: Sequence) -> tuple:
+    """Claim order of a row of ``_claim_columns``: priority first, then due time, then id."""
+    return -row[7], row[3], row[0]
