@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from .checks import check_key, check_positive_int, readable_ms, time_ms
 from .clock import Clock, DatabaseClock, from_ms, to_ms
 from .dialects import OfferRow, dao_class_for
-from .dialects.base import chunked
+from .dialects.common import chunked
 from .errors import InvalidArgumentError
 from .history import EventKind, Recorder, check_actor, current_actor, detail_text
 from .messages import Envelope

@@ -30,3 +30,17 @@ class ShardUnavailableError(SqlDelayError):
         super().__init__(message)
         self.shard = shard
         self.outcomes = outcomes
+
+
+# ---- signals between the dialect layer and the front ends: caught there, never raised to a
+# caller of sqldelay
+
+
+class NeedsTransaction(Exception):  # noqa: N818 - a signal to the caller, not an error
+    """The claim found a controlled queue while running in autocommit: run it again in a
+    transaction (the controlled claim takes several statements that must commit together)."""
+
+
+class Raced(NeedsTransaction):
+    """A rate-limited claim found its tokens spent by a concurrent claim when it charged the
+    bucket: roll it back and run it again, locking the settings first."""

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from .checks import check_text, storable_text
 from .clock import duration_ms, from_ms
 from .dialects import QueueDao
-from .dialects.flow import chunked
+from .dialects.common import chunked
 from .errors import InvalidArgumentError
 from .schema import ACTOR_LENGTH, ERROR_LENGTH
 

@@ -20,8 +20,7 @@ import sqlalchemy as sa
 from .clock import Clock
 from .concurrency import Connection, Engine, engine_problem
 from .cron import CronService
-from .dialects.flow import NeedsTransaction, Raced
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, NeedsTransaction, Raced
 from .executor import Executor
 from .history import History, HistoryEvent
 from .listeners import QueueListener

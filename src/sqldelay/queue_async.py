@@ -18,8 +18,7 @@ import sqlalchemy as sa
 from .clock import Clock
 from .concurrency_async import AsyncConnection, AsyncEngine, engine_problem
 from .cron_async import AsyncCronService
-from .dialects.flow import NeedsTransaction, Raced
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, NeedsTransaction, Raced
 from .executor_async import AsyncExecutor
 from .history import History, HistoryEvent
 from .listeners import QueueListener

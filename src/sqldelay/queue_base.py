@@ -32,9 +32,10 @@ from .checks import (
 from .clock import Clock, DatabaseClock, duration_ms, from_ms, to_ms
 from .dead_letters_base import DeadLettersBase
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
-from .dialects.base import ROW_OVERHEAD, ErrorKind, PayloadBudget, chunked
-from .dialects.flow import Control, Raced
-from .errors import InvalidArgumentError
+from .dialects.base import ROW_OVERHEAD, PayloadBudget
+from .dialects.common import ErrorKind, chunked
+from .dialects.flow import Control
+from .errors import InvalidArgumentError, Raced
 from .history import (
     EventKind,
     History,

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from .checks import check_key
 from .clock import duration_ms
 from .dialects import ErrorKind
-from .dialects.flow import chunked
+from .dialects.common import chunked
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .messages import Envelope, Message, QueueStats
 from .worker_base import Rotation, is_outage

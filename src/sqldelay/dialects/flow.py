@@ -52,22 +52,9 @@ from typing import ClassVar
 
 import sqlalchemy as sa
 
+from ..errors import NeedsTransaction, Raced
 from ..schema import groups_table, settings_table
-
-
-class NeedsTransaction(Exception):  # noqa: N818 - a signal to the caller, not an error
-    """The claim found a controlled queue while running in autocommit: run it again in a
-    transaction (the controlled claim takes several statements that must commit together)."""
-
-
-class Raced(NeedsTransaction):
-    """A rate-limited claim found its tokens spent by a concurrent claim when it charged the
-    bucket: roll it back and run it again, locking the settings first."""
-
-
-# the key of a Connection's info that the engine layer sets while each statement on that
-# connection commits alone (the driver switched to autocommit, ``QueueDao.in_autocommit``)
-AUTOCOMMIT = "sqldelay.autocommit"
+from .common import AUTOCOMMIT, ErrorKind, chunked
 
 # a bound on the refill's arithmetic in SQL, safely below BIGINT's 2**63
 _CHARGE_BOUND = 2**62
@@ -611,8 +598,6 @@ class FlowControl:
         beyond pkind, or are ``[{}]`` where pkind is the key). Portable: read which exist,
         insert the others; a concurrent insert of one of them makes the insert fail alone
         (these databases undo the failed statement only), and the round runs again."""
-        from .base import ErrorKind
-
         while missing := self.absent_rows(conn, table, pkind, rows):
             try:
                 conn.execute(sa.insert(table), missing)
@@ -634,7 +619,3 @@ class FlowControl:
             found.update(conn.execute(
                 sa.select(extra).where(table.c.pkind == pkind, extra.in_(part))).scalars())
         return [{"pkind": pkind, **r} for k, r in wanted.items() if k not in found]
-
-
-def chunked(items: Sequence, size: int) -> list[Sequence]:
-    return [items[i:i + size] for i in range(0, len(items), size)]

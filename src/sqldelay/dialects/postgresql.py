@@ -25,10 +25,10 @@ from collections.abc import Callable, Collection, Sequence
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from ..errors import InvalidArgumentError, UnsupportedDialectError
+from ..errors import InvalidArgumentError, Raced, UnsupportedDialectError
 from ..messages import OfferOutcome
 from .base import Advice, ClaimedRow, OfferRow, QueueDao, in_claim_order
-from .flow import Raced, group_order, loose_wanted, walk_length
+from .flow import group_order, loose_wanted, walk_length
 
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
 # churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
