@@ -5,18 +5,21 @@ Every column and index carries the revision of the migration that added it (and,
 dropped index, the one that dropped it), so the migrations build exactly their own step and
 create_schema, which runs them, builds the newest shape. Column types that differ per database
 are small custom types here whose DDL each dialect module renders (``@compiles``), so this
-module stays free of per-database branches.
+module stays free of per-database branches. What else a database adds to its tables (partial
+indexes, a storage preset, settings after creation, a migration step of its own) its dialect
+class says (``DatabaseHooks``): the dialect layer, which sits above this module, hands its
+classes down when it is imported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from typing import NamedTuple
+from collections.abc import Callable, Collection, Mapping
+from typing import NamedTuple, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedDialectError
 
 DEFAULT_TABLE = "delayed_queue"
 KEY_LENGTH = 200
@@ -205,10 +208,39 @@ class _TableSpec(NamedTuple):
 _PARTIAL, _WHERE = "sqldelay_partial", "sqldelay_where"
 
 
-def _partial_dialects() -> tuple[str, ...]:
-    from .dialects import REGISTRY
+class DatabaseHooks(Protocol):
+    """What building and migrating the tables asks of a database's dialect class
+    (``dialects.base.QueueDao``)."""
 
-    return tuple(name for name, dao in REGISTRY.items() if dao.partial_indexes)
+    partial_indexes: bool  # the partial indexes (``_Index.where``) are made on this database
+
+    def after_create_schema(self, conn: sa.Connection) -> None: ...
+
+    def tuning_ddl(self, table: sa.Table, preset: str) -> list[str]: ...
+
+    def widen_error_text_op(self, op, table_name: str, online: bool) -> None: ...
+
+
+# the dialect classes by SQLAlchemy dialect name, as the dialect layer registers them (as
+# Alembic's DDL implementations register themselves by name)
+_DATABASES: dict[str, DatabaseHooks] = {}
+
+
+def register_databases(classes: Mapping[str, DatabaseHooks]) -> None:
+    """Called by the dialect layer (``dialects/__init__``) with its classes."""
+    _DATABASES.update(classes)
+
+
+def _database(dialect: sa.Dialect) -> DatabaseHooks:
+    try:
+        return _DATABASES[dialect.name]
+    except KeyError:
+        raise UnsupportedDialectError(
+            f"sqldelay does not support the {dialect.name!r} dialect") from None
+
+
+def _partial_dialects() -> tuple[str, ...]:
+    return tuple(name for name, dao in _DATABASES.items() if dao.partial_indexes)
 
 
 def _keeps_partial(op) -> bool:
@@ -480,9 +512,7 @@ def _drop(conn: sa.Connection, table_name: str) -> None:
 
 
 def _after_create(conn: sa.Connection) -> None:
-    from .dialects import dao_class_for
-
-    dao_class_for(conn.dialect).after_create_schema(conn)
+    _database(conn.dialect).after_create_schema(conn)
 
 
 def _async_engine(engine, name: str):
@@ -503,12 +533,10 @@ def tuning_check(tuning: str | None) -> None:
 
 def tuning_ddl(dialect: sa.Dialect, table_name: str, tuning: str | None) -> list[str]:
     """The statements that apply a tuning preset to queue table ``table_name``."""
-    from .dialects import dao_class_for
-
     tuning_check(tuning)
     if tuning is None:
         return []
-    return dao_class_for(dialect).tuning_ddl(queue_table(sa.MetaData(), table_name), tuning)
+    return _database(dialect).tuning_ddl(queue_table(sa.MetaData(), table_name), tuning)
 
 
 # ---- Alembic: sqldelay's own migrations (the package's migrations/) and yours -----------
@@ -644,12 +672,10 @@ def _exists(op, name: str) -> bool:
 def widen_error_text_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """Migration 0003: the dead letters' error text holds ``ERROR_LENGTH`` characters of any
     text on every database (SQL Server and Oracle declared too little room before)."""
-    from .dialects import dao_class_for
-
     _check_table_name(table_name)
     context = op.get_context()
-    dao_class_for(context.dialect).widen_error_text_op(op, DEAD.name(table_name),
-                                                       online=not context.as_sql)
+    _database(context.dialect).widen_error_text_op(op, DEAD.name(table_name),
+                                                   online=not context.as_sql)
 
 
 def _check_table_name(name: str) -> None:

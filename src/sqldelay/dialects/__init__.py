@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
+from ..schema import register_databases
 from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
 from .mssql import MSSQLQueueDao
 from .mysql import MariaDBQueueDao, MySQLQueueDao
@@ -20,6 +21,7 @@ REGISTRY: dict[str, type[QueueDao]] = {
     "mssql": MSSQLQueueDao,
     "oracle": OracleQueueDao,
 }
+register_databases(REGISTRY)  # creating and migrating the tables asks the classes too
 
 
 def dao_class_for(dialect: sa.Dialect) -> type[QueueDao]:
