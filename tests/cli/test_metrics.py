@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqldelay import DelayedQueue, InvalidArgumentError, Message, OfferOutcome
 from sqldelay.prometheus import PrometheusListener, serve
 
+from .. import helpers
 from ..conftest import unique_name
 from .test_commands import COMMAND, ROOT, _one_target_per_server  # noqa: F401 (a fixture)
 
@@ -45,17 +45,21 @@ def value(samples: dict, name: str, **labels) -> float:
 
 
 def wait_for(check, port: int, what: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The samples of the first scrape of ``port`` that ``check`` accepts (the worker may not
+    serve yet)."""
+    seen = {}
+
+    def scraped() -> dict | None:
         try:
-            samples = scrape(port)
-            if check(samples):
-                return samples
+            seen["last"] = scrape(port)
         except (urllib.error.URLError, ConnectionError):
-            samples = None  # not serving yet
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last scrape: {samples}")
-        time.sleep(0.1)
+            return None  # not serving yet
+        return seen["last"] if check(seen["last"]) else None
+
+    try:
+        return helpers.wait_for(scraped, timeout, what, interval=0.1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last scrape: {seen.get('last')}") from None
 
 
 def test_a_worker_serves_counters_that_move_and_the_queue_depth(backend_url, engine,

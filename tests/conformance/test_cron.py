@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -26,6 +25,8 @@ from sqldelay import (
 )
 from sqldelay.cron_base import tick_key
 
+from ..helpers import wait_for
+
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -34,15 +35,6 @@ DEADLINE = 30.0
 
 def utc(*args) -> datetime:
     return datetime(*args, tzinfo=UTC)
-
-
-def wait_for(condition, what: str) -> None:
-    """Poll ``condition`` until it holds; fail after DEADLINE seconds."""
-    end = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def drain(q: DelayedQueue) -> list[tuple[str, object]]:
@@ -255,7 +247,7 @@ def test_background_installer_keeps_ticks_ahead_until_closed(make_queue, clock, 
     assert cron.list()[0].pending == 2
     clock.set(START + MINUTE)  # the first tick is due: one more is needed to keep two ahead
     third = keys_of(handle, START + 3 * MINUTE)[0]
-    wait_for(lambda: q.contains(third), "the installer to store the third tick")
+    wait_for(lambda: q.contains(third), DEADLINE, "the installer to store the third tick")
     handle.close()
     assert not handle.running
 
@@ -283,7 +275,7 @@ def test_background_installer_carries_on_while_the_database_is_unreachable(
             assert refused.acquire(timeout=DEADLINE) and refused.acquire(timeout=DEADLINE)
             down.clear()
             third = keys_of(handle, START + 3 * MINUTE)[0]
-            wait_for(lambda: q.contains(third), "the installer to recover")
+            wait_for(lambda: q.contains(third), DEADLINE, "the installer to recover")
             handle.close()
         assert not handle.running
         failures = [r for r in caplog.records if r.name == "sqldelay.cron"]

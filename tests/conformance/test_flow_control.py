@@ -22,7 +22,7 @@ from sqldelay import (
 )
 from sqldelay.dialects import postgresql
 
-from .test_worker import in_thread, wait_for
+from ..helpers import in_thread, wait_for
 
 S = timedelta(seconds=1)
 

@@ -29,7 +29,7 @@ from sqldelay import (
 from sqldelay.history import process_actor
 
 from ..conftest import unique_name
-from .test_worker import in_thread, wait_for
+from ..helpers import in_thread, wait_for
 
 S = timedelta(seconds=1)
 

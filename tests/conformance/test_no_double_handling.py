@@ -20,7 +20,7 @@ import pytest
 from sqldelay import Message, SystemClock
 
 from ..fronts import unwrap
-from .test_worker import around_claims, in_thread, wait_for
+from ..helpers import around_claims, in_thread, wait_for
 
 S = timedelta(seconds=1)
 MS = timedelta(milliseconds=1)

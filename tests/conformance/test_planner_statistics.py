@@ -23,11 +23,11 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from benchmarks.plans import sorted_reads
 from sqldelay import Message, OfferOutcome, create_schema, drop_schema
 from sqldelay.dialects.flow import walk_length
 
 from ..conftest import unique_name
+from ..helpers import sorted_reads
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from benchmarks.servers import free_port
 from sqldelay import (
     AsyncDelayedQueue,
     AsyncShardedQueue,
@@ -43,6 +42,7 @@ from sqldelay.cron_base import tick_key
 from sqldelay.sharded_base import copy_op
 
 from ..conftest import DATABASES, FRONTS, IN_CI, MYSQL_URL, PG_URL, _reachable, unique_name
+from ..helpers import free_port, wait_for
 from .test_worker_restart import PrivatePostgres
 
 SECOND_PG = "test_shard2"
@@ -344,33 +344,32 @@ def test_a_shard_down_mid_run_stops_only_its_own_keys_and_loses_nothing(shard_en
         for t in producers:
             t.start()
 
-        def wait_for(what, seconds=60.0):
-            deadline = time.monotonic() + seconds
-            while not what():
-                assert not failures
-                assert consumer.is_alive()
-                assert stop_producing.is_set() or all(t.is_alive() for t in producers)
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+        def running():  # fails the wait at once when a thread of the run has died
+            assert not failures
+            assert consumer.is_alive()
+            assert stop_producing.is_set() or all(t.is_alive() for t in producers)
 
-        wait_for(lambda: len(handled) > 300)
+        wait_for(lambda: len(handled) > 300, 60, "300 handled", meanwhile=running)
         down.set()
         server.stop()
         wait_for(lambda: len(lost_while_down) > 20
-                 and sum(sharded.route(k) != "private" for k in handled_during_outage) > 200)
+                 and sum(sharded.route(k) != "private" for k in handled_during_outage) > 200,
+                 60, "offers lost and others handled while the shard is down",
+                 meanwhile=running)
         with pytest.raises(ShardUnavailableError, match="'private'"):
             sharded.offer(next(f"z{i}" for i in range(1000)
                                if sharded.route(f"z{i}") == "private"), 1)
         server.start()
         back.set()
-        wait_for(lambda: len(handled) > len(offered) // 2 + 300)
+        wait_for(lambda: len(handled) > len(offered) // 2 + 300, 60,
+                 "half of what was offered handled", meanwhile=running)
         stop_producing.set()
         for t in producers:
             t.join(30)
         sharded.offer_many(lost_while_down)  # the producer's retry, now the shard is back
         with lock:
             offered.update(m.key for m in lost_while_down)
-        wait_for(lambda: set(handled) >= offered, 90)
+        wait_for(lambda: set(handled) >= offered, 90, "every offer handled", meanwhile=running)
     finally:
         stop_producing.set()
         worker.stop()

@@ -3,12 +3,8 @@ extension, idle sleeping and wake-ups, listeners."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import itertools
 import json
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -24,18 +20,10 @@ from sqldelay import (
 )
 
 from ..conftest import unique_name
-from ..fronts import unwrap
+from ..helpers import around_claims, in_thread, wait_for
 
 S = timedelta(seconds=1)
 MS = timedelta(milliseconds=1)
-
-
-def wait_for(condition, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 class Recorder(WorkerListener):
@@ -64,37 +52,6 @@ class Recorder(WorkerListener):
 
     def idle(self):
         self._add("idle")
-
-
-def in_thread(target):
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
-
-
-def around_claims(q, enter, leave=lambda n: None):
-    """Have every claim of ``q`` (of either front end) call ``enter(n)`` before it and
-    ``leave(n)`` after it, n counting the claims from 1; ``enter`` may block (off the event
-    loop on the asyncio front end)."""
-    queue = unwrap(q)
-    claim, numbers = queue.poll_many, itertools.count(1)
-    if inspect.iscoroutinefunction(claim):
-        async def poll_many(*args, **kwargs):
-            n = next(numbers)
-            await asyncio.to_thread(enter, n)
-            try:
-                return await claim(*args, **kwargs)
-            finally:
-                leave(n)
-    else:
-        def poll_many(*args, **kwargs):
-            n = next(numbers)
-            enter(n)
-            try:
-                return claim(*args, **kwargs)
-            finally:
-                leave(n)
-    queue.poll_many = poll_many
 
 
 @pytest.mark.parametrize("mode", list(ProcessingMode))

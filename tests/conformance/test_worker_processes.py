@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, SystemClock, Worker, create_schema
 
-from .test_worker import wait_for
+from ..helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLERS = "tests.conformance.test_worker_processes"

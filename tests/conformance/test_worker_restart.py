@@ -21,11 +21,11 @@ import pytest
 import sqlalchemy as sa
 
 from benchmarks import servers
-from benchmarks.servers import free_port, wait_connectable
 from sqldelay import Message, WorkerListener, create_schema
 
 from ..conftest import DATABASES, FRONTS, Target
 from ..fronts import AsyncFront, Front
+from ..helpers import free_port, wait_connectable
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
