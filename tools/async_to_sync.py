@@ -8,7 +8,12 @@ text with ``async``/``await`` dropped and the names in ``RENAMES`` replaced, in 
 and comments alike, so layout, comments and docstrings carry over. What cannot be said the same
 way for threads and tasks lives in the hand-written runner pair ``concurrency_async.py`` /
 ``concurrency.py``, which give the same names. A line may end with a comment
-``# sync: <code>`` to say what that line is in the blocking twin.
+``# sync: <code>`` to say what that line is in the blocking twin. Comments and docstrings are
+rewritten too: the renamed names, ``await``/``async`` dropped from code quoted in double
+backticks, and the prose forms in ``PHRASES`` ("an async def", ...); a word about
+awaiting left over after that is an error, so no comment goes stale unseen. Each generated
+module is marked ``linguist-generated`` in ``.gitattributes`` (``--check`` verifies it), so
+diffs and reviews fold it away.
 
 The edits work on Python's own tokens, not on text patterns, so "await" inside a word or a
 string that merely mentions a name is not touched by mistake; the result is compiled, and a
@@ -60,6 +65,19 @@ RENAMES = {
 
 # in strings and comments: the names above as whole words, and phrases about awaiting
 _TEXT_RENAMES = re.compile(r"\b(" + "|".join(map(re.escape, RENAMES)) + r")\b")
+# prose about awaiting in comments and docstrings, as the blocking twin says it: the forms
+# the async modules use (a new one fails ``_verify`` until it is added here or reworded)
+PHRASES = (
+    (re.compile(r"\ban async def\b"), "a plain def"),
+    (re.compile(r"\basync (def|with|for)\b"), r"\1"),
+    (re.compile(r"\bawaits what\b"), "returns what"),  # a call's result, awaited or not
+)
+# code quoted in a comment or docstring: ``await x`` is ``x`` in the blocking twin
+_QUOTED = re.compile(r"``(.+?)``")
+_QUOTED_KEYWORD = re.compile(r"\b(?:await|async) ")
+# what may not be left in a blocking twin's comments and docstrings
+_ASYNC_WORD = re.compile(r"\b(?:async|await\w*|asyncio|coroutines?)\b")
+GITATTRIBUTES = PACKAGE.parents[1] / ".gitattributes"
 _SYNC_LINE = re.compile(r"^(?P<indent>\s*)(?P<code>\S.*?)\s*# sync: (?P<sync>.+)$")
 _FSTRING_MIDDLE = getattr(tokenize, "FSTRING_MIDDLE", None)  # Python 3.12+
 
@@ -95,7 +113,7 @@ def convert(source: str, source_name: str) -> str:
             elif tok.string in RENAMES:
                 replace(i, tok.end, RENAMES[tok.string])
         elif tok.type in (tokenize.STRING, tokenize.COMMENT, _FSTRING_MIDDLE):
-            text = _TEXT_RENAMES.sub(lambda m: RENAMES[m.group(1)], tok.string)
+            text = _sync_text(tok.string)
             if text != tok.string:
                 replace(i, tok.end, text)
     for row, width in _realigned_rows(tokens, shrunk).items():
@@ -106,6 +124,15 @@ def convert(source: str, source_name: str) -> str:
     out = header(source_name) + _sort_renamed_imports(out)
     _verify(out, source_name)
     return out
+
+
+def _sync_text(text: str) -> str:
+    """A string or comment as the blocking twin says it."""
+    text = _TEXT_RENAMES.sub(lambda m: RENAMES[m.group(1)], text)
+    text = _QUOTED.sub(lambda m: "``" + _QUOTED_KEYWORD.sub("", m.group(1)) + "``", text)
+    for pattern, replacement in PHRASES:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def _sort_renamed_imports(text: str) -> str:
@@ -190,6 +217,29 @@ def _verify(text: str, source_name: str) -> None:
         if tok.type == tokenize.NAME and tok.string in ("asyncio", "await", "async"):
             raise SystemExit(f"{source_name}: {tok.string!r} left in the blocking twin at line "
                              f"{tok.start[0]}: move it into concurrency_async.py")
+        if tok.type == tokenize.COMMENT:
+            _prose_done(tok.string, tok.start[0], source_name)
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body and (
+                isinstance(doc := node.body[0], ast.Expr)
+                and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            _prose_done(doc.value.value, doc.lineno, source_name)
+
+
+def _prose_done(text: str, line: int, source_name: str) -> None:
+    """Refuse a comment or docstring of a blocking twin that still speaks of awaiting."""
+    if word := _ASYNC_WORD.search(text):
+        raise SystemExit(f"{source_name}: {word.group()!r} left in a comment or docstring of "
+                         f"the blocking twin at line {line}: reword it, or add its form to "
+                         "PHRASES")
+
+
+def _marked_generated() -> set[str]:
+    """The modules of the package that ``.gitattributes`` marks ``linguist-generated``."""
+    lines = GITATTRIBUTES.read_text().splitlines() if GITATTRIBUTES.exists() else []
+    prefix = "src/sqldelay/"
+    return {words[0].removeprefix(prefix) for words in map(str.split, lines)
+            if words and words[0].startswith(prefix) and "linguist-generated" in words[1:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,8 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         stale.append(target_name)
         if not args.check:
             target.write_text(text)
+    unmarked = sorted(set(MODULES.values()) - _marked_generated())
+    if unmarked:
+        print("not marked linguist-generated in .gitattributes: " + ", ".join(unmarked))
     if args.check and stale:
         print("out of date: " + ", ".join(stale) + " (run python tools/async_to_sync.py)")
+    if (args.check and stale) or unmarked:
         return 1
     for name in stale:
         print(f"wrote {name}")

@@ -690,7 +690,7 @@ class Worker(WorkerBase):
             wait=wait_random_exponential(multiplier=0.05, max=MAX_BACKOFF),
             stop=stop_when_event_set(event), sleep=partial(wait_event, event), reraise=True,
             before_sleep=self._outage)
-        def attempt() -> Any:  # an async def, so the retrying awaits what fn returns
+        def attempt() -> Any:  # a plain def, so the retrying returns what fn returns
             return fn()
 
         try:

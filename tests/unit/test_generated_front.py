@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -42,3 +44,26 @@ def first(conn: Connection,
             "SELECT 'await'"))
     return conn.execute("y").first()
 '''
+
+
+def test_comments_and_docstrings_say_what_the_blocking_twin_does():
+    source = '''async def outer(fn):
+    """Runs ``await fn()`` in ``async with lock``."""
+    async def attempt():  # an async def, so the retrying awaits what fn returns
+        return await fn()
+    return attempt
+'''
+    assert async_to_sync.convert(source, "demo_async.py").split("\n", 2)[2] == '''def outer(fn):
+    """Runs ``fn()`` in ``with lock``."""
+    def attempt():  # a plain def, so the retrying returns what fn returns
+        return fn()
+    return attempt
+'''
+
+
+def test_a_comment_still_about_awaiting_is_refused():
+    source = '''def handle(fn):
+    return fn()  # awaited on the loop
+'''
+    with pytest.raises(SystemExit, match="'awaited' left in a comment"):
+        async_to_sync.convert(source, "demo_async.py")
