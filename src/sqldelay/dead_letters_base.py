@@ -1,5 +1,5 @@
 """Dead letters: where a worker puts a message it has given up on, to be listed, requeued or
-dropped by a person (API in ``dead_letters_async`` / ``dead_letters``, CLI in ``worker_cli``).
+dropped by a person (API in ``dead_letters_async`` / ``dead_letters``, CLI in ``cli.worker``).
 
 Each queue table has one dead-letter table beside it (``<table>_dead``, see
 ``schema.dead_letter_table``). A dead letter keeps the serialized payload and the partition

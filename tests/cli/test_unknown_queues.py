@@ -1,5 +1,5 @@
 """An unknown queue on each database: the probe by partition and the prefix match behind the
-error (``cli_support.require_queue``), with LIKE metacharacters in names taken literally.
+error (``sqldelay.cli.support.require_queue``), with LIKE metacharacters in names taken literally.
 The other commands' handling of unknown queues: test_consistent_settings.py."""
 
 from __future__ import annotations

@@ -272,7 +272,7 @@ def _drop(engine, what: str, name: str) -> str:
 
 def _schema_problems(engine, name: str) -> list[tuple[str, str]]:
     """What ``sqldelay verify`` finds wrong with the tables (server settings left out)."""
-    from sqldelay.verify_cli import PROBLEM, findings
+    from sqldelay.cli.verify import PROBLEM, findings
 
     with engine.connect() as conn:
         return [(what, text) for level, what, text in findings(conn, name)

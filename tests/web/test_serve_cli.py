@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 httpx = pytest.importorskip("httpx2")
 
-from sqldelay.serve_cli import is_loopback  # noqa: E402
+from sqldelay.cli.serve import is_loopback  # noqa: E402
 
 from .server import TOKEN  # noqa: E402
 

@@ -8,15 +8,13 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from .checks import time_after, time_ms
-from .cli_support import CliError, database, duration
-from .errors import InvalidArgumentError
-from .queue import DelayedQueue
+from ..checks import time_after, time_ms
+from ..errors import InvalidArgumentError
+from ..queue import DelayedQueue
+from .support import CliError, add_db_arguments, database, duration
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("offer", help="schedule a message (JSON payload)", description=__doc__)
     p.add_argument("queue", help="queue name")
     p.add_argument("key", help="message key, unique within the queue")

@@ -20,8 +20,22 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 
-from .cli_support import (
+from ..dead_letters import DeadLetters
+from ..dead_letters_base import DeadLetter
+from ..engines import create_async_engine, is_async_url
+from ..inspection import Inspector
+from ..inspection_async import AsyncInspector
+from ..listeners import LoggingListener, WorkerListener
+from ..queue import DelayedQueue
+from ..queue_async import AsyncDelayedQueue
+from ..retry import RetryPolicy
+from ..serializers import SERIALIZERS
+from ..worker import Worker
+from ..worker_async import AsyncWorker
+from ..worker_base import ProcessingMode
+from .support import (
     CliError,
+    add_db_arguments,
     add_yes,
     checked_url,
     confirm,
@@ -33,27 +47,12 @@ from .cli_support import (
     require_queue,
     shown,
 )
-from .dead_letters import DeadLetters
-from .dead_letters_base import DeadLetter
-from .engines import create_async_engine, is_async_url
-from .inspection import Inspector
-from .inspection_async import AsyncInspector
-from .listeners import LoggingListener, WorkerListener
-from .queue import DelayedQueue
-from .queue_async import AsyncDelayedQueue
-from .retry import RetryPolicy
-from .serializers import SERIALIZERS
-from .worker import Worker
-from .worker_async import AsyncWorker
-from .worker_base import ProcessingMode
 
 log = logging.getLogger("sqldelay.cli")
 METRICS_TOKEN_ENV = "SQLDELAY_METRICS_TOKEN"
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("worker", help="run a handler function over a queue until stopped",
                        description="Run HANDLER (package.module:function) on every message of "
                                    "the queue. SIGTERM or SIGINT stop it cleanly. An async def "
@@ -244,7 +243,7 @@ def _tracer(args: argparse.Namespace):
     if not args.otel:
         return None
     try:
-        from .otel import OpenTelemetryTracer
+        from ..otel import OpenTelemetryTracer
     except ModuleNotFoundError as exc:
         raise CliError(f"--otel needs {exc.name}: pip install 'sqldelay[otel]'") from None
     return OpenTelemetryTracer()
@@ -256,7 +255,7 @@ def _metrics(args: argparse.Namespace, read: Callable, listeners: list):
     if args.metrics_port is None:
         return None
     try:
-        from .prometheus import PrometheusListener, QueueDepthCollector, serve
+        from ..prometheus import PrometheusListener, QueueDepthCollector, serve
     except ModuleNotFoundError as exc:
         raise CliError(f"--metrics-port needs {exc.name}: pip install "
                        "'sqldelay[prometheus]'") from None

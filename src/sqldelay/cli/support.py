@@ -19,10 +19,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .engines import create_engine
-from .errors import SchemaMissingError, SqlDelayError
-from .schema import dead_letter_table, queue_table, settings_table
-from .serializers import SERIALIZERS
+from ..engines import create_engine
+from ..errors import SchemaMissingError, SqlDelayError
+from ..schema import dead_letter_table, queue_table, settings_table
+from ..serializers import SERIALIZERS
 
 URL_ENV = "SQLDELAY_URL"
 
@@ -204,9 +204,22 @@ def require_queue(engine: sa.Engine, table: str, queue: str,
 
 
 def _dao(engine: sa.Engine, table: str):
-    from .dialects import dao_class_for
+    from ..dialects import dao_class_for
 
     return dao_class_for(engine.dialect)(queue_table(sa.MetaData(), table))
+
+
+def add_db_arguments(parser: argparse.ArgumentParser, *, queue: str | None = None,
+                     url: str | None = None, table: str = "delayed_queue") -> None:
+    """The options every database-facing subcommand shares; ``url`` is a default of the
+    command's own (the demo's), used when neither --url nor SQLDELAY_URL gives one."""
+    parser.add_argument("--url", default=None,
+                        help=f"SQLAlchemy database URL (default: ${URL_ENV}"
+                             + (f", else {url}" if url else "") + ")")
+    parser.set_defaults(url_fallback=url)
+    parser.add_argument("--table", default=table, help="queue table name")
+    if queue is not None:
+        parser.add_argument("--queue", default=queue, help="queue name")
 
 
 # ---- input ---------------------------------------------------------------------------------

@@ -8,20 +8,18 @@ import argparse
 
 import sqlalchemy as sa
 
-from .cli_support import open_engine, shown
-from .migrate import current
-from .schema import (
+from ..migrate import current
+from ..schema import (
     SCHEMA_VERSION,
     TUNING_PRESETS,
     create_schema,
     missing_parts,
     tuning_ddl,
 )
+from .support import add_db_arguments, open_engine, shown
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("migrate", help="create or upgrade the queue tables (idempotent)",
                        description=__doc__)
     add_db_arguments(p)

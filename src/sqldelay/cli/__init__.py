@@ -16,33 +16,33 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from . import (
-    bench_cli,
+    bench,
     demo,
-    history_cli,
-    inspect_cli,
-    messages_cli,
-    migrate_cli,
-    offer_cli,
-    reshard_cli,
-    serve_cli,
-    verify_cli,
-    worker_cli,
+    history,
+    inspect,
+    messages,
+    migrate,
+    offer,
+    reshard,
+    serve,
+    verify,
+    worker,
 )
-from .cli_support import URL_ENV, duration, failure_message, negative_values
+from .support import duration, failure_message, negative_values
 
 # modules with a ``register(subparsers)`` that adds subcommands and sets ``func``
 COMMANDS = [
-    migrate_cli,
-    verify_cli,
-    inspect_cli,
-    messages_cli,
-    history_cli,
-    offer_cli,
-    worker_cli,
-    reshard_cli,
+    migrate,
+    verify,
+    inspect,
+    messages,
+    history,
+    offer,
+    worker,
+    reshard,
     demo,
-    bench_cli,
-    serve_cli,
+    bench,
+    serve,
 ]
 
 
@@ -103,19 +103,6 @@ def _verbose_after(sub: argparse._SubParsersAction) -> None:
                                  help="log what happens, and show the traceback of an error")
 
 
-def add_db_arguments(parser: argparse.ArgumentParser, *, queue: str | None = None,
-                     url: str | None = None, table: str = "delayed_queue") -> None:
-    """The options every database-facing subcommand shares; ``url`` is a default of the
-    command's own (the demo's), used when neither --url nor SQLDELAY_URL gives one."""
-    parser.add_argument("--url", default=None,
-                        help=f"SQLAlchemy database URL (default: ${URL_ENV}"
-                             + (f", else {url}" if url else "") + ")")
-    parser.set_defaults(url_fallback=url)
-    parser.add_argument("--table", default=table, help="queue table name")
-    if queue is not None:
-        parser.add_argument("--queue", default=queue, help="queue name")
-
-
 def _duration_options(parser: argparse.ArgumentParser) -> set[str]:
     """The option strings, in every subcommand, whose value is a duration."""
     found = set()
@@ -155,7 +142,3 @@ def _version() -> str:
         return version("sqldelay")
     except PackageNotFoundError:  # run from a source tree that was not installed
         return "unknown"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,16 +18,14 @@ import socket
 import sys
 from pathlib import Path
 
-from .cli_support import CliError, database
-from .engines import create_async_engine
+from ..engines import create_async_engine
+from .support import CliError, add_db_arguments, database
 
 TOKEN_ENV = "SQLDELAY_TOKEN"
 READ_ONLY_TOKEN_ENV = "SQLDELAY_READ_ONLY_TOKEN"
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("serve", help="serve the HTTP API and the dashboard",
                        description="Serve the REST API (/v1) and the dashboard (/) over the "
                                    "queue table. Needs the web extra: pip install "
@@ -57,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from .web import create_app
-        from .web.app import KEEP_ALIVE, MAX_BODY, MAX_CONNECTIONS
-        from .web.auth import Tokens
+        from ..web import create_app
+        from ..web.app import KEEP_ALIVE, MAX_BODY, MAX_CONNECTIONS
+        from ..web.auth import Tokens
     except ModuleNotFoundError as exc:
         raise CliError(f"it needs the web extra ({exc.name} is missing): "
                        "pip install 'sqldelay[web]'") from None

@@ -21,18 +21,16 @@ from datetime import UTC, datetime, timedelta
 
 from tqdm import tqdm
 
-from .cli_support import CliError, open_engine, shown
-from .messages import Message
-from .queue import DelayedQueue
-from .schema import create_schema
+from ..messages import Message
+from ..queue import DelayedQueue
+from ..schema import create_schema
+from .support import CliError, add_db_arguments, open_engine, shown
 
 DEMO_URL = "sqlite:///sqldelay-demo.db"
 DEMO_TABLE = "sqldelay_demo"
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("demo", help="produce and consume delayed messages (SQLite by default)",
                        description=__doc__)
     add_db_arguments(p, queue="demo", url=DEMO_URL, table=DEMO_TABLE)

@@ -9,8 +9,11 @@ import dataclasses
 import json
 import time
 
-from .cli_support import (
+from ..inspection import Inspector
+from ..inspection_base import QueueSummary
+from .support import (
     CliError,
+    add_db_arguments,
     add_json,
     open_engine,
     print_json,
@@ -18,16 +21,12 @@ from .cli_support import (
     require_queue,
     shown,
 )
-from .inspection import Inspector
-from .inspection_base import QueueSummary
 
 COLUMNS = ["queue", "type", "due", "scheduled", "in flight", "dead letters", "oldest due"]
 NUMBERS = ("due", "scheduled", "in flight", "dead letters", "oldest due")
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("queues", help="every queue with its counts",
                        description="Every queue of the table with its due, scheduled, in-flight "
                                    "and dead-letter counts\nand how long the oldest due message "
@@ -116,7 +115,7 @@ def _watch(args: argparse.Namespace, inspector: Inspector) -> None:
                             f"(every {args.watch:g}s, Ctrl-C to stop)", title_justify="left")
         for name in COLUMNS:
             table.add_column(name, justify="right" if name in NUMBERS else "left")
-        from .cli_support import text
+        from .support import text
         for row in rows(summaries(inspector, args.queue)):
             table.add_row(*(text(v) for v in row))
         return table

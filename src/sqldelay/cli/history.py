@@ -9,15 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli_support import CliError, database
-from .errors import SchemaMissingError
-from .queue import DelayedQueue
-from .serializers import SERIALIZERS
+from ..errors import SchemaMissingError
+from ..queue import DelayedQueue
+from ..serializers import SERIALIZERS
+from .support import CliError, add_db_arguments, database
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("history", help="print a message's history (queues kept with history)",
                        description=__doc__)
     add_db_arguments(p)

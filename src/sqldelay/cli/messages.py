@@ -8,8 +8,13 @@ import argparse
 import dataclasses
 from datetime import timedelta
 
-from .cli_support import (
+from ..inspection import Inspector
+from ..messages import QueuedMessage
+from ..queue import DelayedQueue
+from ..serializers import SERIALIZERS
+from .support import (
     CliError,
+    add_db_arguments,
     add_json,
     add_yes,
     confirm,
@@ -19,17 +24,11 @@ from .cli_support import (
     print_table,
     require_queue,
 )
-from .inspection import Inspector
-from .messages import QueuedMessage
-from .queue import DelayedQueue
-from .serializers import SERIALIZERS
 
 PAYLOAD_WIDTH = 60  # characters of a payload in a table (--json prints it whole)
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     def command(name: str, helptext: str, run, *, key: bool = False):
         p = sub.add_parser(name, help=helptext, description=helptext)
         p.add_argument("queue", help="queue name")

@@ -8,7 +8,11 @@ import argparse
 
 import sqlalchemy as sa
 
-from .cli_support import (
+from ..dialects import dao_class_for
+from ..migrate import current
+from ..schema import HISTORY, SCHEMA_VERSION, index_condition, index_made_on, schema_tables
+from .support import (
+    add_db_arguments,
     add_json,
     database,
     migrate_command,
@@ -16,14 +20,9 @@ from .cli_support import (
     print_table,
     shown,
 )
-from .dialects import dao_class_for
-from .migrate import current
-from .schema import HISTORY, SCHEMA_VERSION, index_condition, index_made_on, schema_tables
 
 
 def register(sub) -> None:
-    from .cli import add_db_arguments
-
     p = sub.add_parser("verify", help="check the schema and the database settings",
                        description=__doc__)
     add_db_arguments(p)

@@ -17,12 +17,12 @@ import re
 import sqlalchemy as sa
 from tqdm import tqdm
 
-from .cli_support import CliError
-from .engines import create_engine
-from .errors import SqlDelayError
-from .queue import DelayedQueue
-from .serializers import SERIALIZERS
-from .sharded import ShardedQueue
+from ..engines import create_engine
+from ..errors import SqlDelayError
+from ..queue import DelayedQueue
+from ..serializers import SERIALIZERS
+from ..sharded import ShardedQueue
+from .support import CliError
 
 _NAMED = re.compile(r"^(?P<name>[^:/=]+)=(?P<url>.+)$")
 
