@@ -41,6 +41,7 @@ MODULES = {
     "worker_async.py": "worker.py",
     "sharded_async.py": "sharded.py",
     "inspection_async.py": "inspection.py",
+    "notifier_async.py": "notifier.py",
 }
 
 RENAMES = {
@@ -58,7 +59,6 @@ RENAMES = {
     "AsyncRetrying": "Retrying",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "alisten": "listen",
     "concurrency_async": "concurrency",
     **{src[:-3]: dst[:-3] for src, dst in MODULES.items()},
 }

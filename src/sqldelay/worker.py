@@ -47,6 +47,7 @@ from .concurrency import (
 from .dead_letters import DeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
+from .notifier import listen
 from .queue import DelayedQueue
 from .sharded import ShardedQueue
 from .supervisor import supervise
@@ -670,7 +671,7 @@ class Worker(WorkerBase):
         first = queues[0]
         pkinds = {q.pkind for q in queues}
         try:
-            self._patiently(partial(first.dao.listen, first.engine, pkinds, self.wake,
+            self._patiently(partial(listen, first.engine, first.dao, pkinds, self.wake,
                                     self._stop))
         except UnsupportedDialectError as exc:
             log.warning("no wake-ups, polling only: %s", exc)

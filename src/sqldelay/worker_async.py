@@ -45,6 +45,7 @@ from .concurrency_async import (
 from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
+from .notifier_async import listen
 from .queue_async import AsyncDelayedQueue
 from .sharded_async import AsyncShardedQueue
 from .supervisor import supervise
@@ -668,7 +669,7 @@ class AsyncWorker(WorkerBase):
         first = queues[0]
         pkinds = {q.pkind for q in queues}
         try:
-            await self._patiently(partial(first.dao.alisten, first.engine, pkinds, self.wake,
+            await self._patiently(partial(listen, first.engine, first.dao, pkinds, self.wake,
                                           self._stop))
         except UnsupportedDialectError as exc:
             log.warning("no wake-ups, polling only: %s", exc)

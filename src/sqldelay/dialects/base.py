@@ -9,10 +9,8 @@ A dialect subclass overrides only what its database forces, and says why in a co
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -291,15 +289,13 @@ class QueueDao(FlowControl):
 
     # ---- wake-ups (only where ``notifications`` is True) -----------------------------------
 
-    def listen(self, engine: sa.Engine, pkinds: Collection[str], on_wake: Callable[[], None],
-               stop: threading.Event) -> None:
-        """Block until ``stop`` is set, calling ``on_wake`` once listening has begun and then
-        for each wake-up of one of ``pkinds``; raises when the connection is lost."""
+    @property
+    def channel(self) -> str:
+        """The name under which offers notify and workers listen (``notifier``)."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
-    async def alisten(self, engine, pkinds: Collection[str], on_wake: Callable[[], None],
-                      stop: asyncio.Event) -> None:
-        """``listen`` for the asyncio front end (``engine`` an AsyncEngine)."""
+    def listen_statement(self) -> str:
+        """The statement that makes a connection hear the notifications of ``channel``."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
     def wake_listeners(self, conn: sa.Connection, pkind: str) -> None:

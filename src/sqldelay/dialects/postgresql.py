@@ -16,16 +16,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from ..errors import InvalidArgumentError, Raced, UnsupportedDialectError
+from ..errors import InvalidArgumentError, Raced
 from ..messages import OfferOutcome
 from .base import Advice, ClaimedRow, OfferRow, QueueDao, in_claim_order
 from .flow import group_order, loose_wanted, walk_length
@@ -331,87 +329,8 @@ class PostgresQueueDao(QueueDao):
     def wake_listeners(self, conn: sa.Connection, pkind: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(self.channel, pkind)))
 
-    def listen(self, engine: sa.Engine, pkinds: Collection[str], on_wake: Callable[[], None],
-               stop: threading.Event) -> None:
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            driver = conn.connection.driver_connection
-            if not hasattr(driver, "notifies"):
-                raise UnsupportedDialectError(
-                    "wake-ups on PostgreSQL need the psycopg (3) driver: postgresql+psycopg://")
-            conn.exec_driver_sql(f'LISTEN "{self.channel}"')
-            try:
-                on_wake()  # whatever was offered before we listened
-                while not stop.is_set():
-                    # a burst of notifications is one wake-up: on_wake only sets an event
-                    try:
-                        for note in driver.notifies(timeout=0.5):
-                            if note.payload in pkinds:
-                                on_wake()
-                            if stop.is_set():
-                                break
-                    except conn.dialect.loaded_dbapi.Error as exc:
-                        # the driver's own error, outside SQLAlchemy: say it as SQLAlchemy would
-                        raise sa.exc.OperationalError("LISTEN", None, exc) from exc
-            finally:
-                if not conn.invalidated:
-                    conn.invalidate()  # never hand a listening connection back to the pool
-
-    async def alisten(self, engine, pkinds: Collection[str], on_wake: Callable[[], None],
-                      stop: asyncio.Event) -> None:
-        """``listen`` for the asyncio front end, through the async driver: asyncpg's
-        ``add_listener`` or psycopg's ``AsyncConnection.notifies``. Called on the event loop;
-        ``on_wake`` is called there too."""
-        async with engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            driver = (await conn.get_raw_connection()).driver_connection
-            try:
-                if hasattr(driver, "add_listener"):
-                    await self._listen_asyncpg(driver, pkinds, on_wake, stop)
-                elif hasattr(driver, "notifies"):
-                    await conn.exec_driver_sql(f'LISTEN "{self.channel}"')
-                    await self._listen_psycopg(conn, driver, pkinds, on_wake, stop)
-                else:
-                    raise UnsupportedDialectError(
-                        "wake-ups on PostgreSQL need asyncpg (postgresql+asyncpg://) or psycopg "
-                        "(postgresql+psycopg_async://)")
-            finally:
-                if not conn.invalidated:
-                    await conn.invalidate()  # never hand a listening connection back to the pool
-
-    async def _listen_asyncpg(self, driver, pkinds: Collection[str],
-                              on_wake: Callable[[], None], stop: asyncio.Event) -> None:
-        lost = asyncio.Event()
-
-        def notified(connection, pid, channel, payload) -> None:
-            if payload in pkinds:
-                on_wake()
-
-        driver.add_termination_listener(lambda connection: lost.set())
-        await driver.add_listener(self.channel, notified)
-        on_wake()  # whatever was offered before we listened
-        ended = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait())]
-        try:
-            await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in ended:
-                waiter.cancel()
-        if lost.is_set() and not stop.is_set():
-            raise sa.exc.OperationalError("LISTEN", None,
-                                          ConnectionError("the listening connection was lost"))
-
-    async def _listen_psycopg(self, conn, driver, pkinds: Collection[str],
-                              on_wake: Callable[[], None], stop: asyncio.Event) -> None:
-        on_wake()  # whatever was offered before we listened
-        while not stop.is_set():
-            try:
-                async for note in driver.notifies(timeout=0.5):
-                    if note.payload in pkinds:
-                        on_wake()
-                    if stop.is_set():
-                        break
-            except conn.dialect.loaded_dbapi.Error as exc:
-                # the driver's own error, outside SQLAlchemy: say it as SQLAlchemy would
-                raise sa.exc.OperationalError("LISTEN", None, exc) from exc
+    def listen_statement(self) -> str:
+        return f'LISTEN "{self.channel}"'
 
     @classmethod
     def server_time(cls) -> sa.Executable:

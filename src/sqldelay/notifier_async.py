@@ -1,0 +1,88 @@
+"""Wake-ups across processes: a worker listens on its queue table's channel and claims as soon
+as an offer notifies it, instead of at its next poll.
+
+One listener for both front ends: the blocking one is generated from this module, as the
+other fronts are (tools/async_to_sync.py). The dialect says whether its database notifies, on
+which channel and with which statements (``QueueDao.notifications``, ``channel``,
+``listen_statement``; offers send through ``wake_listeners``); this module holds the
+connection that waits, through the driver's own API, which SQLAlchemy does not wrap:
+psycopg's generator of notifications, or asyncpg's callbacks (a driver for the event loop
+only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import sqlalchemy as sa
+
+from .concurrency_async import AsyncConnection, AsyncEngine, Event, wait_event
+from .dialects import QueueDao
+from .errors import UnsupportedDialectError
+
+# how long one wait for notifications lasts before ``stop`` is looked at again (seconds)
+_PATIENCE = 0.5
+
+
+async def listen(engine: AsyncEngine, dao: QueueDao, pkinds: Collection[str],
+                 on_wake: Callable[[], None], stop: Event) -> None:
+    """Wait until ``stop`` is set, calling ``on_wake`` once listening has begun (for what was
+    offered before) and then at each notification of one of ``pkinds`` in ``dao``'s table.
+    Raises when the connection is lost, and UnsupportedDialectError where the database or its
+    driver has no notifications."""
+    if not dao.notifications:
+        raise UnsupportedDialectError(f"{dao.name} has no notifications")
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        raw = await conn.get_raw_connection()  # sync: raw = conn.connection
+        driver = raw.driver_connection
+        try:
+            if hasattr(driver, "add_listener"):  # asyncpg
+                await _by_callback(driver, dao.channel, pkinds, on_wake, stop)
+            elif hasattr(driver, "notifies"):  # psycopg 3
+                await conn.exec_driver_sql(dao.listen_statement())
+                await _by_generator(conn, driver, pkinds, on_wake, stop)
+            else:
+                raise UnsupportedDialectError(
+                    f"wake-ups on {dao.name} need psycopg (postgresql+psycopg://, "
+                    "postgresql+psycopg_async://) or, under asyncio, asyncpg "
+                    "(postgresql+asyncpg://)")
+        finally:
+            if not conn.invalidated:
+                await conn.invalidate()  # never hand a listening connection back to the pool
+
+
+async def _by_generator(conn: AsyncConnection, driver: Any, pkinds: Collection[str],
+                        on_wake: Callable[[], None], stop: Event) -> None:
+    """psycopg: its generator of notifications, read for ``_PATIENCE`` at a time."""
+    on_wake()
+    while not stop.is_set():
+        # a burst of notifications is one wake-up: on_wake only sets an event
+        try:
+            async for note in driver.notifies(timeout=_PATIENCE):
+                if note.payload in pkinds:
+                    on_wake()
+                if stop.is_set():
+                    break
+        except conn.dialect.loaded_dbapi.Error as exc:
+            # the driver's own error, outside SQLAlchemy: say it as SQLAlchemy would
+            raise sa.exc.OperationalError("LISTEN", None, exc) from exc
+
+
+async def _by_callback(driver: Any, channel: str, pkinds: Collection[str],
+                       on_wake: Callable[[], None], stop: Event) -> None:
+    """asyncpg: a callback per notification, and one when the connection is lost."""
+    lost = Event()
+
+    def notified(connection: Any, pid: int, channel: str, payload: str) -> None:
+        if payload in pkinds:
+            on_wake()
+
+    driver.add_termination_listener(lambda connection: lost.set())
+    await driver.add_listener(channel, notified)
+    on_wake()
+    while not await wait_event(stop, _PATIENCE):
+        if lost.is_set():
+            raise sa.exc.OperationalError(
+                "LISTEN", None, ConnectionError("the listening connection was lost"))
