@@ -4,7 +4,8 @@ Builders (methods returning SQLAlchemy statements) do no I/O, so golden-SQL test
 database. Operations (methods taking a Connection) run inside a transaction the caller owns:
 they never begin, commit or retry; the engine layer does that.
 
-A dialect subclass overrides only what its database forces, and says why in a comment.
+A dialect subclass overrides only what its database forces, and says why in a comment; the
+hooks it may set or override are listed, one line each, in ``contract.Dialect``.
 """
 
 from __future__ import annotations
