@@ -207,6 +207,41 @@ def test_migrate_makes_again_what_verify_finds_missing_keeping_the_rest(backend_
     assert env.key == "after" and queue.ack(env)
 
 
+def test_migrate_refuses_a_table_that_is_not_sqldelays_and_writes_nothing(backend_url, engine):
+    """An application's table named by --table (or one beside it, as X_dead): one line naming
+    it and the columns it lacks, no version table or other table made (MariaDB does not roll
+    DDL back, so the refusal must come before it), the table's rows untouched; verify says
+    the same instead of pointing at migrate."""
+    users, orphan = unique_name("sqdusers"), unique_name("sqdorphan")
+    apps = sa.MetaData()
+    sa.Table(users, apps, sa.Column("id", sa.Integer, primary_key=True),
+             sa.Column("name", sa.String(50)))
+    sa.Table(f"{orphan}_dead", apps, sa.Column("id", sa.Integer, primary_key=True),
+             sa.Column("pkind", sa.String(50)))  # a dead-letter table's name, not its columns
+    apps.create_all(engine)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.insert(apps.tables[users]).values(id=1, name="ada"))
+        for table, named, missing in ((users, users, "pkind, pkey, payload"),
+                                      (orphan, f"{orphan}_dead", "pkey, payload")):
+            db = ["--url", backend_url, "--table", table]
+            line = fails("migrate", *db, run=here)
+            assert f"the table '{named}' exists and is not a sqldelay" in line, line
+            assert missing in line and "nothing was written" in line, line
+            found = here("verify", "--json", *db)
+            assert problems(found) == [named]
+            assert "give --table a name of its own" in found.stdout
+        with engine.connect() as conn:
+            present = set(sa.inspect(conn).get_table_names())
+            assert conn.execute(sa.select(apps.tables[users].c.name)).scalars().all() == ["ada"]
+        made = {f"{t}{suffix}" for t in (users, orphan)
+                for suffix in ("_alembic", "_dead", "_groups", "_settings", "_history")}
+        assert present & made == {f"{orphan}_dead"}  # only the application's own
+        assert orphan not in present
+    finally:
+        apps.drop_all(engine)
+
+
 def problems(done: subprocess.CompletedProcess) -> list[str]:
     return [f["check"] for f in json.loads(done.stdout)["findings"] if f["level"] == "problem"]
 

@@ -1,6 +1,8 @@
 """``sqldelay migrate``: create the queue tables, or upgrade them to this version's schema,
 keeping every message (the package's Alembic migrations, without an alembic.ini); a table or
-index of the schema that is missing (dropped) is made again, the rows of the others kept."""
+index of the schema that is missing (dropped) is made again, the rows of the others kept. A
+table of the schema's names that exists and is not sqldelay's is refused before anything is
+written."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ import sqlalchemy as sa
 from ..migrate import current
 from ..schema import (
     SCHEMA_VERSION,
+    TABLES,
     TUNING_PRESETS,
     create_schema,
     missing_parts,
     tuning_ddl,
 )
-from .support import add_db_arguments, open_engine, shown
+from .support import CliError, add_db_arguments, open_engine, shown
 
 
 def register(sub) -> None:
@@ -35,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     engine = open_engine(args, create=True, table=False)
     try:
         with engine.connect() as conn:
+            foreign = not_sqldelays(conn, args.table)
+            if foreign is not None:  # before the version table, or any other, is made
+                raise CliError(f"{foreign[1]}: nothing was written; give --table a name of "
+                               "its own")
             before = current(conn, args.table)
             missing = [] if before is None else missing_parts(conn, args.table, before,
                                                               history=args.history)
@@ -56,3 +63,30 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         engine.dispose()
+
+
+_KINDS = {"": "queue table", "_dead": "dead-letter table", "_groups": "groups table",
+          "_settings": "settings table", "_history": "history table"}
+
+
+def not_sqldelays(conn: sa.Connection, table_name: str) -> tuple[str, str] | None:
+    """The first table of queue table name ``table_name``'s schema that exists and is not
+    sqldelay's, and why (None: every one that exists can be). A table is taken as sqldelay's
+    when it has the columns its table had when a migration first made it: a table that an
+    older sqldelay made, and that ``migrate`` would upgrade, has them too. Without this, a
+    migration would take an application's table ``X`` for a first-version queue table,
+    record that in ``X_alembic`` and fail halfway, leaving tables behind where DDL is not
+    transactional (MySQL, MariaDB)."""
+    inspector = sa.inspect(conn)
+    for spec in TABLES:
+        name = spec.name(table_name)
+        if not inspector.has_table(name):
+            continue
+        present = {column["name"].lower() for column in inspector.get_columns(name)}
+        first = [c.make().name for c in spec.columns if c.since == spec.since]
+        missing = [column for column in first if column not in present]
+        if missing:
+            return name, (f"the table {name!r} exists and is not a sqldelay "
+                          f"{_KINDS.get(spec.suffix, 'table')}: it has no column "
+                          f"{', '.join(missing)}")
+    return None
