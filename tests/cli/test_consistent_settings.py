@@ -46,9 +46,11 @@ def test_history_reads_sqldelay_url(url, engine):
                                                  run=here)
 
 
-# every command that reads or deletes the messages of one queue, as typed for queue "nope"
+# every command that reads, deletes or controls the messages of one queue, as typed for
+# queue "nope"
 ON_A_QUEUE = [["peek", "nope"], ["purge", "nope", "--yes"], ["get", "nope", "k"],
-              ["drop", "nope", "k", "--yes"], ["stats", "nope"],
+              ["drop", "nope", "k", "--yes"], ["stats", "nope"], ["pause", "nope"],
+              ["resume", "nope"], ["limit", "nope"], ["limit", "nope", "--none"],
               ["release-stuck", "nope", "--older-than", "1m", "--yes"],
               ["dead-letters", "list", "--queue", "nope"],
               ["dead-letters", "requeue", "--all", "--queue", "nope"],

@@ -24,7 +24,8 @@ COMMANDS = [
     ["migrate"], ["verify"], ["queues"], ["stats"], ["stats", "q"], ["peek", "q"],
     ["get", "q", "k"], ["drop", "q", "k"], ["purge", "q", "--yes"],
     ["release-stuck", "q", "--older-than", "1m", "--yes"], ["history", "q", "k"],
-    ["offer", "q", "k", "--payload", "1"], ["worker", "builtins:repr", "--drain"],
+    ["offer", "q", "k", "--payload", "1"], ["pause", "q"], ["resume", "q"],
+    ["limit", "q", "--rate", "1/s"], ["worker", "builtins:repr", "--drain"],
     ["dead-letters", "list"], ["dead-letters", "requeue", "--all"],
     ["dead-letters", "drop", "--all"], ["demo", "--messages", "1"],
     ["serve", "--port", "1"],  # the database is reached before the port is bound

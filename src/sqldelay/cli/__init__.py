@@ -18,6 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from . import (
     bench,
     demo,
+    flow,
     history,
     inspect,
     messages,
@@ -38,6 +39,7 @@ COMMANDS = [
     messages,
     history,
     offer,
+    flow,
     worker,
     reshard,
     demo,

@@ -1,6 +1,8 @@
 """``sqldelay queues`` and ``sqldelay stats [QUEUE]``: every queue of the table with its due,
-scheduled, in-flight and dead-letter counts and how long the oldest due message has waited,
-read in one pass over the table; ``--watch`` refreshes in place, ``--json`` is for scripts."""
+scheduled, in-flight and dead-letter counts, how long the oldest due message has waited,
+read in one pass over the table, and whether it is paused or limited (a queue paused or
+limited with nothing in it is listed too); ``--watch`` refreshes in place, ``--json`` is for
+scripts."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import time
 
 from ..inspection import Inspector
 from ..inspection_base import QueueSummary
+from ..messages import FlowControl
+from .flow import NO_CONTROL, controlled, controls, limits_text
+from .flow import as_json as flow_json
 from .support import (
     CliError,
     add_db_arguments,
@@ -22,25 +27,27 @@ from .support import (
     shown,
 )
 
-COLUMNS = ["queue", "type", "due", "scheduled", "in flight", "dead letters", "oldest due"]
+COLUMNS = ["queue", "type", "due", "scheduled", "in flight", "dead letters", "oldest due",
+           "paused", "limits"]
 NUMBERS = ("due", "scheduled", "in flight", "dead letters", "oldest due")
 
 
 def register(sub) -> None:
     p = sub.add_parser("queues", help="every queue with its counts",
                        description="Every queue of the table with its due, scheduled, in-flight "
-                                   "and dead-letter counts\nand how long the oldest due message "
-                                   "has waited, read in one pass over the table\n(sqldelay "
-                                   "stats QUEUE for one of them, or to watch them).")
+                                   "and dead-letter counts,\nhow long the oldest due message "
+                                   "has waited, read in one pass over the table, and\nwhether "
+                                   "it is paused or limited (sqldelay stats QUEUE for one of "
+                                   "them, or to\nwatch them).")
     add_db_arguments(p)
     add_json(p)
     p.set_defaults(func=run, queue=None, watch=None)
 
     p = sub.add_parser("stats", help="counts of one queue, or of all; --watch refreshes",
                        description="The counts of one queue, or of every queue: due, scheduled, "
-                                   "in flight, dead letters\nand the oldest due message's age. "
-                                   "--watch reads them again until Ctrl-C, refreshing in\n"
-                                   "place; --json is for scripts.")
+                                   "in flight, dead letters,\nthe oldest due message's age, "
+                                   "paused and limits. --watch reads them again until\nCtrl-C, "
+                                   "refreshing in place; --json is for scripts.")
     p.add_argument("queue", nargs="?", default=None, help="one queue (default: every queue)")
     add_db_arguments(p)
     add_json(p)
@@ -50,10 +57,20 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def summaries(inspector: Inspector, queue: str | None) -> list[QueueSummary]:
+Row = tuple[QueueSummary, FlowControl]
+
+
+def summaries(inspector: Inspector, queue: str | None) -> list[Row]:
+    """The queues shown (all, or ``queue``), each with its flow control."""
     found = inspector.queues()
+    settings = controls(inspector.engine, inspector.dao.table.name)
     if queue is None:
-        return found
+        listed = {f"{s.queue}|{s.type_name}" for s in found}
+        found += [_empty(queue, type_name) for pkind, control in settings.items()
+                  if pkind not in listed and controlled(control)
+                  for queue, _, type_name in [pkind.rpartition("|")]]
+        found.sort(key=lambda s: (s.queue, s.type_name))
+        return [_with(s, settings) for s in found]
     mine = [s for s in found if s.queue == queue]
     if not mine:  # known all the same if it has settings (paused, limited), with nothing in it
         try:
@@ -61,16 +78,26 @@ def summaries(inspector: Inspector, queue: str | None) -> list[QueueSummary]:
         except CliError as exc:
             names = ", ".join(sorted({s.queue for s in found})) or "none"
             raise CliError(f"{exc} (queues with messages or dead letters: {names})") from None
-        return [QueueSummary(queue, type_name, due=0, scheduled=0, in_flight=0,
-                             dead_letters=0, oldest_due_age=None)]
-    return mine
+        mine = [_empty(queue, type_name)]
+    return [_with(s, settings) for s in mine]
 
 
-def as_json(summary: QueueSummary) -> dict:
+def _empty(queue: str, type_name: str) -> QueueSummary:
+    """A queue known by its settings alone: nothing in it."""
+    return QueueSummary(queue, type_name, due=0, scheduled=0, in_flight=0, dead_letters=0,
+                        oldest_due_age=None)
+
+
+def _with(summary: QueueSummary, settings: dict[str, FlowControl]) -> Row:
+    return summary, settings.get(f"{summary.queue}|{summary.type_name}", NO_CONTROL)
+
+
+def as_json(row: Row) -> dict:
+    summary, control = row
     out = dataclasses.asdict(summary)
     age = summary.oldest_due_age
     out["oldest_due_age"] = None if age is None else age.total_seconds()
-    return out
+    return {**out, **flow_json(control)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,9 +123,10 @@ def run(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
-def rows(found: list[QueueSummary]) -> list[list]:
+def rows(found: list[Row]) -> list[list]:
     return [[s.queue, s.type_name, s.due, s.scheduled, s.in_flight, s.dead_letters,
-             s.oldest_due_age] for s in found]
+             s.oldest_due_age, "paused" if c.paused else "", limits_text(c)]
+            for s, c in found]
 
 
 def _watch(args: argparse.Namespace, inspector: Inspector) -> None:
