@@ -26,6 +26,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from sqldelay import Message, SystemClock, Worker, WorkerListener
+from tools.plans import READS_PLANS, analyze, claim_index, claim_plan, due_statement, explain
 
 from .. import references
 from ..harness import (
@@ -39,7 +40,6 @@ from ..harness import (
     run_threads,
     spread,
 )
-from ..plans import READS_PLANS, analyze, claim_index, claim_plan, due_statement, explain
 
 RATE = "messages/s"
 GROUPS = references.GROUPS  # the groups of flow_drain's grouped variant (and its ceiling)

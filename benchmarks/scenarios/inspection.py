@@ -18,9 +18,9 @@ import time
 import sqlalchemy as sa
 
 from sqldelay import Inspector
+from tools.plans import analyze
 
 from ..harness import OURS, Bench, alternate, fill, spread
-from ..plans import analyze
 
 ROUNDS = 7
 QUEUES = 20

@@ -32,10 +32,10 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue
 from sqldelay.worker import Worker
+from tools.servers import process_cpu, tree_cpu_seconds
 
 from ..handlers import noop
 from ..harness import OURS, Bench, alternate, fill, rounds_for, spread
-from ..servers import process_cpu, tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding benchmarks/
 RATE = "messages/s"

@@ -19,8 +19,9 @@ import statistics
 import time
 from functools import partial
 
+from tools.plans import analyze, claim_index, claim_plan
+
 from ..harness import OURS, Bench, alternate, drain, fill, rounds_for, run_threads, spread
-from ..plans import analyze, claim_index, claim_plan
 
 
 def backlog(bench: Bench) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, ShardedQueue, create_schema
+from tools.servers import PrivatePostgres, ServerMissing
 
 from ..harness import (
     OURS,
@@ -38,7 +39,6 @@ from ..harness import (
     run_threads,
     spread,
 )
-from ..servers import PrivatePostgres, ServerMissing
 
 RATE = "messages/s"
 

@@ -25,9 +25,9 @@ import sqlalchemy as sa
 
 from sqldelay import Message, OfferOutcome, create_schema, drop_schema
 from sqldelay.dialects.flow import walk_length
+from tools.plans import sorted_reads
 
 from ..conftest import unique_name
-from ..helpers import sorted_reads
 
 
 @pytest.fixture

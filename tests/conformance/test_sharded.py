@@ -40,9 +40,10 @@ from sqldelay import (
 )
 from sqldelay.cron_base import tick_key
 from sqldelay.sharded_base import copy_op
+from tools.servers import free_port
 
 from ..conftest import DATABASES, FRONTS, IN_CI, MYSQL_URL, PG_URL, _reachable, unique_name
-from ..helpers import free_port, wait_for
+from ..helpers import wait_for
 from .test_worker_restart import PrivatePostgres
 
 SECOND_PG = "test_shard2"

@@ -20,12 +20,12 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from benchmarks import servers
 from sqldelay import Message, WorkerListener, create_schema
+from tools import servers
+from tools.servers import free_port, wait_connectable
 
 from ..conftest import DATABASES, FRONTS, Target
 from ..fronts import AsyncFront, Front
-from ..helpers import free_port, wait_connectable
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
