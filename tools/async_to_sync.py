@@ -54,6 +54,7 @@ RENAMES = {
     "AsyncShardedQueue": "ShardedQueue",
     "AsyncShardedCronService": "ShardedCronService",
     "AsyncInspector": "Inspector",
+    "AsyncEnvelope": "Envelope",
     "AsyncConnection": "Connection",
     "AsyncEngine": "Engine",
     "AsyncRetrying": "Retrying",
@@ -153,9 +154,9 @@ def _sort_renamed_imports(text: str) -> str:
     return "".join(lines)
 
 
-def _isort_key(name: str) -> tuple[int, str]:
+def _isort_key(name: str) -> tuple[int, str, str]:
     kind = 0 if name.isupper() and len(name) > 1 else 1 if name[:1].isupper() else 2
-    return kind, name
+    return kind, name.lower(), name  # ruff's isort compares names without case first
 
 
 def _apply_sync_lines(source: str) -> str:

@@ -26,7 +26,15 @@ from .inspection import Inspector
 from .inspection_async import AsyncInspector
 from .inspection_base import MessagePage, QueuePage, QueueSummary
 from .listeners import LoggingListener, QueueListener, WorkerListener
-from .messages import Delivery, Envelope, Message, OfferOutcome, QueuedMessage, QueueStats
+from .messages import (
+    AsyncEnvelope,
+    Delivery,
+    Envelope,
+    Message,
+    OfferOutcome,
+    QueuedMessage,
+    QueueStats,
+)
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
 from .retry import RetryPolicy
@@ -48,7 +56,7 @@ from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
 
 __all__ = [
-    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue",
+    "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue", "AsyncEnvelope",
     "AsyncInspector", "AsyncShardedQueue", "AsyncWorker", "BytesSerializer", "Clock",
     "CronHandle", "CronMessage", "CronService", "DatabaseClock", "DeadLetter", "DeadLetters",
     "DelayedQueue",

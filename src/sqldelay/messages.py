@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
     from .queue import DelayedQueue
+    from .queue_async import AsyncDelayedQueue
 
 
 class OfferOutcome(enum.Enum):
@@ -82,9 +85,17 @@ class QueueStats:
     oldest_due_age: timedelta | None
 
 
+# the queue that claimed an envelope: DelayedQueue or AsyncDelayedQueue
+_Q = TypeVar("_Q")
+
+
 @dataclass(slots=True, eq=False)
-class Envelope:
-    """A claimed message. Ack it to delete it; otherwise it is due again at ``locked_until``."""
+class Envelope(Generic[_Q]):
+    """A claimed message. Ack it to delete it; otherwise it is due again at ``locked_until``.
+
+    One class for both front ends, typed by the queue that claimed it: ``AsyncEnvelope``
+    (``Envelope[AsyncDelayedQueue]``), from an asyncio queue, is acked with ``await
+    env.ack()``; ``Envelope`` alone is the blocking front's."""
 
     key: str
     payload: Any
@@ -96,7 +107,7 @@ class Envelope:
     group: str | None
     row_id: int = field(repr=False)
     lock: str = field(repr=False)
-    queue: DelayedQueue = field(repr=False)
+    queue: _Q = field(repr=False)
     enqueued_by: str | None = None  # who offered it (queues with history, or when given)
     claimed_by: str | None = None  # who claimed it: this consumer's name, when it has one
     trace_context: str | None = None  # the producer's trace context, stored by a traced offer
@@ -105,17 +116,45 @@ class Envelope:
     def delivery(self) -> Delivery:
         return Delivery.FIRST if self.attempt == 1 else Delivery.REDELIVERY
 
-    def ack(self, *, connection: sa.Connection | None = None) -> bool:
+    @overload
+    def ack(self: Envelope[AsyncDelayedQueue], *,
+            connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
+
+    @overload
+    def ack(self: Envelope[DelayedQueue], *,
+            connection: sa.Connection | None = None) -> bool: ...
+
+    def ack(self, *, connection: Any = None) -> Any:
         """Delete the message; False when the lock was lost (expired and re-claimed, or the
         message was replaced by an update) and so nothing was deleted."""
         return self.queue.ack(self, connection=connection)
 
+    @overload
+    def release(self: Envelope[AsyncDelayedQueue], *, delay: timedelta | None = None,
+                error: str | None = None,
+                connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
+
+    @overload
+    def release(self: Envelope[DelayedQueue], *, delay: timedelta | None = None,
+                error: str | None = None, connection: sa.Connection | None = None) -> bool: ...
+
     def release(self, *, delay: timedelta | None = None, error: str | None = None,
-                connection: sa.Connection | None = None) -> bool:
+                connection: Any = None) -> Any:
         return self.queue.release(self, delay=delay, error=error, connection=connection)
 
-    def extend(self, by: timedelta | None = None, *,
-               connection: sa.Connection | None = None) -> bool:
+    @overload
+    def extend(self: Envelope[AsyncDelayedQueue], by: timedelta | None = None, *,
+               connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
+
+    @overload
+    def extend(self: Envelope[DelayedQueue], by: timedelta | None = None, *,
+               connection: sa.Connection | None = None) -> bool: ...
+
+    def extend(self, by: timedelta | None = None, *, connection: Any = None) -> Any:
         """Renew the lock for ``by`` (default: the queue's acquire_timeout) from now, so a long
         handler keeps its message; False when the lock was already lost."""
         return self.queue.extend(self, by, connection=connection)
+
+
+# what an asyncio queue claims: the same class, its methods awaited
+AsyncEnvelope = Envelope["AsyncDelayedQueue"]

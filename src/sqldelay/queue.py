@@ -24,14 +24,7 @@ from .errors import InvalidArgumentError, NeedsTransaction, Raced
 from .executor import Executor
 from .history import History, HistoryEvent
 from .listeners import QueueListener
-from .messages import (
-    Envelope,
-    FlowControl,
-    Message,
-    OfferOutcome,
-    QueuedMessage,
-    QueueStats,
-)
+from .messages import Envelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue_base import Call, OfferPlan, QueueBase, Undecodable
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer

@@ -23,7 +23,7 @@ from .executor_async import AsyncExecutor
 from .history import History, HistoryEvent
 from .listeners import QueueListener
 from .messages import (
-    Envelope,
+    AsyncEnvelope,
     FlowControl,
     Message,
     OfferOutcome,
@@ -142,13 +142,13 @@ class AsyncDelayedQueue(QueueBase):
     # ---- consuming -----------------------------------------------------------------------
 
     async def poll(self, *, by: str | None = None,
-                   connection: AsyncConnection | None = None) -> Envelope | None:
+                   connection: AsyncConnection | None = None) -> AsyncEnvelope | None:
         """Claim the first due message for ``acquire_timeout``, or None when none is due."""
         got = await self.poll_many(1, by=by, connection=connection)
         return got[0] if got else None
 
     async def poll_many(self, limit: int, *, by: str | None = None,
-                        connection: AsyncConnection | None = None) -> list[Envelope]:
+                        connection: AsyncConnection | None = None) -> list[AsyncEnvelope]:
         """Claim up to ``limit`` due messages under one lock id: higher priority first, then
         earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
         the consumer (stored as ``claimed_by``; with history its default is this thread or
@@ -162,7 +162,7 @@ class AsyncDelayedQueue(QueueBase):
             await self._bury_undecodable(undecodable, connection)
         return envelopes
 
-    async def _claim(self, run: Callable[..., Any]) -> list[Envelope]:
+    async def _claim(self, run: Callable[..., Any]) -> list[AsyncEnvelope]:
         try:
             return await run(one_statement=self.claim_alone)
         except NeedsTransaction:  # a queue under flow control: claimed in a transaction
@@ -187,14 +187,14 @@ class AsyncDelayedQueue(QueueBase):
             log.warning("could not move undecodable messages of queue %s to the dead letters "
                         "(they come back when their locks expire): %s", self.name, exc)
 
-    async def ack(self, envelope: Envelope, *,
+    async def ack(self, envelope: AsyncEnvelope, *,
                   connection: AsyncConnection | None = None) -> bool:
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
         call = self.ack_call(envelope)
         with self.tracer.span(ACK, self.name, 1):
             return await self._run(call, connection)
 
-    async def ack_many(self, envelopes: Sequence[Envelope], *,
+    async def ack_many(self, envelopes: Sequence[AsyncEnvelope], *,
                        connection: AsyncConnection | None = None) -> int:
         """Delete claimed messages, one statement per claim batch; returns how many were."""
         call = self.ack_many_call(envelopes)
@@ -203,20 +203,20 @@ class AsyncDelayedQueue(QueueBase):
         with self.tracer.span(ACK, self.name, len(envelopes)):
             return await self._run(call, connection)
 
-    async def release(self, envelope: Envelope, *, delay: timedelta | None = None,
+    async def release(self, envelope: AsyncEnvelope, *, delay: timedelta | None = None,
                       error: str | None = None,
                       connection: AsyncConnection | None = None) -> bool:
         """Give a claimed message back: due now, or after ``delay``. False if the lock is stale.
         ``error`` says why, when its handling failed (the history records a failure)."""
         return await self._run(self.release_call(envelope, delay, error), connection)
 
-    async def extend(self, envelope: Envelope, by: timedelta | None = None, *,
+    async def extend(self, envelope: AsyncEnvelope, by: timedelta | None = None, *,
                      connection: AsyncConnection | None = None) -> bool:
         """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
         return await self._run(self.extend_call(envelope, by), connection)
 
-    async def extend_many(self, envelopes: Sequence[Envelope], by: timedelta | None = None, *,
-                          connection: AsyncConnection | None = None) -> list[Envelope]:
+    async def extend_many(self, envelopes: Sequence[AsyncEnvelope], by: timedelta | None = None, *,
+                          connection: AsyncConnection | None = None) -> list[AsyncEnvelope]:
         """``extend`` of many claimed messages, one statement per claim batch: the envelopes
         whose locks still held (the others were lost)."""
         if not envelopes:

@@ -44,7 +44,7 @@ from .concurrency_async import (
 )
 from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
-from .messages import Envelope
+from .messages import AsyncEnvelope
 from .notifier_async import listen
 from .queue_async import AsyncDelayedQueue
 from .sharded_async import AsyncShardedQueue
@@ -95,10 +95,10 @@ class AsyncWorker(WorkerBase):
         self._lock = Lock()
         self._work = Condition(self._lock)
         self._state = Condition(self._lock)
-        self._buffer: deque[Envelope] = deque()  # claimed, not started
-        self._running: set[Envelope] = set()
-        self._to_ack: list[Envelope] = []  # handled, their acks not yet sent
-        self._acking: set[Envelope] = set()  # their acks on their way
+        self._buffer: deque[AsyncEnvelope] = deque()  # claimed, not started
+        self._running: set[AsyncEnvelope] = set()
+        self._to_ack: list[AsyncEnvelope] = []  # handled, their acks not yet sent
+        self._acking: set[AsyncEnvelope] = set()  # their acks on their way
         self._acks_waiting = Event()  # set when _to_ack gains an envelope
         self._idle_handlers = 0
         self._closing = False
@@ -367,7 +367,7 @@ class AsyncWorker(WorkerBase):
                 # free its group or a slot under a cap
                 self._wake.set()
 
-    async def _held(self, envelope: Envelope) -> bool:
+    async def _held(self, envelope: AsyncEnvelope) -> bool:
         """Whether the worker still holds ``envelope``, about to be handled: a lock that
         expired while it waited in the buffer (no heartbeat, or one that could not reach the
         database) is renewed first, unless another consumer took the message meanwhile, which
@@ -385,7 +385,7 @@ class AsyncWorker(WorkerBase):
                     "was claimed again or changed meanwhile: not handled here", envelope.key)
         return False
 
-    async def _process(self, envelope: Envelope) -> bool:
+    async def _process(self, envelope: AsyncEnvelope) -> bool:
         self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
@@ -434,8 +434,8 @@ class AsyncWorker(WorkerBase):
             async with self._lock:
                 self._acking.difference_update(batch)
 
-    async def _send_acks(self, batch: list[Envelope]) -> bool:
-        later: list[Envelope] = []  # of queues that are down (isolated), for their return
+    async def _send_acks(self, batch: list[AsyncEnvelope]) -> bool:
+        later: list[AsyncEnvelope] = []  # of queues that are down (isolated), for their return
         try:
             for envelopes in _by_queue(batch):
                 name = self._name_of[id(envelopes[0].queue)]
@@ -539,7 +539,7 @@ class AsyncWorker(WorkerBase):
                 await conn.rollback()
                 return 0
             self._events.emit("picked", batch)
-            done: list[tuple[Envelope, float]] = []
+            done: list[tuple[AsyncEnvelope, float]] = []
             for i, envelope in enumerate(batch):
                 if self._stop.is_set():
                     for rest in batch[i:]:
@@ -573,7 +573,7 @@ class AsyncWorker(WorkerBase):
 
     # ---- failures ------------------------------------------------------------------------------
 
-    async def _fail(self, envelope: Envelope, error: Exception,
+    async def _fail(self, envelope: AsyncEnvelope, error: Exception,
                     conn: AsyncConnection | None) -> None:
         """Retry later, or bury after the last allowed attempt (in ``conn``'s transaction when
         given)."""
@@ -641,7 +641,7 @@ class AsyncWorker(WorkerBase):
                         if envelope not in kept:
                             await self._lost(envelope)
 
-    async def _lost(self, envelope: Envelope) -> None:
+    async def _lost(self, envelope: AsyncEnvelope) -> None:
         """The lock of ``envelope`` is gone (acked meanwhile, or taken by another consumer
         after it expired): if its handler has not started, it never will here."""
         async with self._lock:
@@ -762,9 +762,9 @@ async def _claimed_twice(claim: Callable[[], Any]) -> Any:
     return None if any(outcome is None for outcome in outcomes) else _DOWN
 
 
-def _by_queue(envelopes: list[Envelope]) -> list[list[Envelope]]:
+def _by_queue(envelopes: list[AsyncEnvelope]) -> list[list[AsyncEnvelope]]:
     """Envelopes grouped by the queue that claimed them, each group in order."""
-    groups: dict[int, list[Envelope]] = {}
+    groups: dict[int, list[AsyncEnvelope]] = {}
     for envelope in envelopes:
         groups.setdefault(id(envelope.queue), []).append(envelope)
     return list(groups.values())
