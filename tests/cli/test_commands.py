@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import traceback
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
@@ -445,3 +446,61 @@ def test_verify_reports_a_postgresql_table_filled_without_statistics(backend_url
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f"ANALYZE {own_table}")
     assert check not in problems(here("verify", "--json", *db))
+
+
+def _raised(message: str) -> str:
+    """The error text a worker stores for an exception raised with ``message``."""
+    from sqldelay.worker_base import error_text
+
+    try:
+        raise ValueError(message)
+    except ValueError as exc:
+        return error_text(exc)
+
+
+def test_history_is_a_table_of_one_row_per_event_whatever_the_error(backend_url, engine,
+                                                                     table_name):
+    name = unique_name("hist")
+    queue = DelayedQueue(engine, name, table_name=table_name, history=True)
+    queue.offer("k", 1, by="shop")
+    queue.release(queue.poll(by="w1"), error=_raised("the server said no\nand a second line"))
+    queue.poll(by="w2").ack()
+    db = ["--url", backend_url, "--table", table_name]
+
+    out = ok("history", name, "k", *db)
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert [row.split("│")[2].strip() for row in rows] == [
+        "offered", "claimed", "failed", "claimed", "acked"]
+    assert len({len(line) for line in out.splitlines()[1:]}) == 1  # aligned columns
+    [failed] = [row for row in rows if " failed " in row]
+    assert "ValueError: the server said no…" in failed and "second line" not in out
+    assert "raise ValueError" not in out  # the traceback stays out of the table
+    events = [json.loads(line) for line in ok("history", name, "k", "--json", *db,
+                                              run=here).splitlines()]
+    assert "second line" in events[2]["detail"] and "raise ValueError" in events[2]["detail"]
+
+
+def test_dead_letters_list_shows_the_error_message_not_the_traceback(backend_url, engine,
+                                                                     table_name):
+    name = unique_name("deadmsg")
+    queue = DelayedQueue(engine, name, table_name=table_name)
+    queue.offer_many([Message("worker", 1), Message("python", 2), Message("lines", 3)])
+    letters = DeadLetters.of(queue)
+    try:
+        raise KeyError("customer 7")
+    except KeyError:
+        python_layout = traceback.format_exc()  # what code calling bury() may store
+    errors = {"worker": _raised("the server said no"), "python": python_layout,
+              "lines": _raised("first line\nsecond line")}
+    for _ in errors:
+        envelope = queue.poll()
+        assert letters.bury(envelope, errors[envelope.key])
+    db = ["--url", backend_url, "--table", table_name]
+
+    listed = ok("dead-letters", "list", "--queue", name, *db, run=here)
+    cells = {row.split("│")[3].strip(): row.split("│")[6].strip()
+             for row in listed.splitlines() if row.startswith("│")}
+    assert cells == {"worker": "ValueError: the server said no",
+                     "python": "KeyError: 'customer 7'", "lines": "ValueError: first line…"}
+    full = ok("dead-letters", "list", "--queue", name, "--full", *db, run=here)
+    assert "raise ValueError(message)" in full and "second line" in full

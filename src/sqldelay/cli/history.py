@@ -1,18 +1,22 @@
 """``sqldelay history QUEUE KEY`` prints a message's timeline from the history table:
 
-    sqldelay history --url URL emails welcome:42           (oldest first)
+    sqldelay history --url URL emails welcome:42           (a table, oldest first)
     sqldelay history --url URL emails welcome:42 --json    (one JSON object per line)
+
+In the table each event is one row, a detail of several lines (a failure's traceback) shown
+by its first line, which holds the error's message; --json gives every detail whole.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import UTC, datetime
 
 from ..errors import SchemaMissingError
 from ..queue import DelayedQueue
 from ..serializers import SERIALIZERS
-from .support import CliError, add_db_arguments, database
+from .support import CliError, add_db_arguments, database, first_line, print_table
 
 
 def register(sub) -> None:
@@ -40,12 +44,20 @@ def run_history(args: argparse.Namespace) -> int:
             ) from None
     if not events:
         raise CliError(f"no history for key {args.key!r} in queue {args.queue!r}")
-    for e in events:
-        if args.json:
+    if args.json:
+        for e in events:
             print(json.dumps({"at": e.at.isoformat(), "event": e.kind.value, "actor": e.actor,
                               "attempt": e.attempt, "detail": e.detail}))
-        else:
-            print("\t".join([e.at.isoformat(), e.kind.value, e.actor or "-",
-                             "-" if e.attempt is None else f"attempt {e.attempt}",
-                             e.detail or ""]))
+        return 0
+    # one row per event: a detail of several lines (a failure's traceback) shows its first,
+    # the error's message, and --json all of it
+    print_table(f"history of {args.key!r} in queue {args.queue!r}",
+                ["at (UTC)", "event", "actor", "attempt", "detail"],
+                [[_time(e.at), e.kind.value, e.actor, e.attempt, first_line(e.detail)]
+                 for e in events], right=("attempt",))
     return 0
+
+
+def _time(at: datetime) -> str:
+    """To the millisecond, as events of one claim can be that close."""
+    return at.astimezone(UTC).isoformat(sep=" ", timespec="milliseconds")[:-6]

@@ -321,6 +321,35 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def first_line(value: str | None, width: int | None = None) -> str:
+    """Free text as a table cell that keeps its row on one line: the first line, cut to
+    ``width`` characters, "…" where something was left out (--json and --full show it
+    whole)."""
+    lines = (value or "").strip().splitlines()
+    shown = lines[0].rstrip() if lines else ""
+    cut = len(lines) > 1
+    if width is not None and len(shown) > width - cut:
+        shown, cut = shown[:width - 1].rstrip(), True
+    return f"{shown}…" if cut else shown
+
+
+def error_message(error: str) -> str:
+    """The exception's message out of a stored error text, without its traceback. A worker
+    stores the exception first and where it came from after it (``worker_base.error_text``,
+    whose frames are indented); Python's own layout (``traceback.format_exc()``, which code
+    calling ``bury`` may store) ends with it instead."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        unindented = [line for line in lines[1:] if not line[:1].isspace()]
+        return unindented[-1] if unindented else lines[0]
+    message = []
+    for line in lines:
+        if line[:1].isspace():  # the first frame: the message has ended
+            break
+        message.append(line)
+    return "\n".join(message)
+
+
 def age(delta: timedelta | None) -> str:
     if delta is None:
         return ""

@@ -40,6 +40,8 @@ from .support import (
     checked_url,
     confirm,
     database_url,
+    error_message,
+    first_line,
     open_engine,
     print_json,
     print_table,
@@ -389,7 +391,7 @@ def _list_dead_letters(found: list[DeadLetter], args: argparse.Namespace) -> Non
         print_table(f"dead letters in {args.table}_dead", [
             "id", "queue", "key", "attempts", "failed at (UTC)", "last error", "payload"],
             [[dl.id, dl.queue, dl.key, dl.attempts, dl.failed_at,
-              (dl.last_error.strip().splitlines() or [""])[-1][:80],
+              first_line(error_message(dl.last_error), 80),
               dl.payload.decode("utf-8", "replace")[:60]] for dl in found],
             right=("id", "attempts"))
         if not found:
