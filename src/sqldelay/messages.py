@@ -117,40 +117,41 @@ class Envelope(Generic[_Q]):
         return Delivery.FIRST if self.attempt == 1 else Delivery.REDELIVERY
 
     @overload
-    def ack(self: Envelope[AsyncDelayedQueue], *,
-            connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
-
-    @overload
     def ack(self: Envelope[DelayedQueue], *,
             connection: sa.Connection | None = None) -> bool: ...
 
-    def ack(self, *, connection: Any = None) -> Any:
+    @overload
+    def ack(self: Envelope[AsyncDelayedQueue], *,
+            connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
+
+    def ack(self: Envelope[Any], *, connection: Any = None) -> Any:
         """Delete the message; False when the lock was lost (expired and re-claimed, or the
         message was replaced by an update) and so nothing was deleted."""
         return self.queue.ack(self, connection=connection)
+
+    @overload
+    def release(self: Envelope[DelayedQueue], *, delay: timedelta | None = None,
+                error: str | None = None, connection: sa.Connection | None = None) -> bool: ...
 
     @overload
     def release(self: Envelope[AsyncDelayedQueue], *, delay: timedelta | None = None,
                 error: str | None = None,
                 connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
 
-    @overload
-    def release(self: Envelope[DelayedQueue], *, delay: timedelta | None = None,
-                error: str | None = None, connection: sa.Connection | None = None) -> bool: ...
-
-    def release(self, *, delay: timedelta | None = None, error: str | None = None,
+    def release(self: Envelope[Any], *, delay: timedelta | None = None, error: str | None = None,
                 connection: Any = None) -> Any:
         return self.queue.release(self, delay=delay, error=error, connection=connection)
-
-    @overload
-    def extend(self: Envelope[AsyncDelayedQueue], by: timedelta | None = None, *,
-               connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
 
     @overload
     def extend(self: Envelope[DelayedQueue], by: timedelta | None = None, *,
                connection: sa.Connection | None = None) -> bool: ...
 
-    def extend(self, by: timedelta | None = None, *, connection: Any = None) -> Any:
+    @overload
+    def extend(self: Envelope[AsyncDelayedQueue], by: timedelta | None = None, *,
+               connection: AsyncConnection | None = None) -> Awaitable[bool]: ...
+
+    def extend(self: Envelope[Any], by: timedelta | None = None, *,
+               connection: Any = None) -> Any:
         """Renew the lock for ``by`` (default: the queue's acquire_timeout) from now, so a long
         handler keeps its message; False when the lock was already lost."""
         return self.queue.extend(self, by, connection=connection)

@@ -27,7 +27,6 @@ class Dialect(Protocol):
     offer_chunk: ClassVar[int]  # rows per offer statement
     in_list_max: ClassVar[int]  # ids per IN-list
     max_parameters: ClassVar[int]  # bound parameters per statement
-    max_payload_bytes: ClassVar[int | None]  # the payload column's limit (None: memory's)
     like_specials: ClassVar[str]  # the characters LIKE treats specially, to escape
     skip_locked: ClassVar[bool]  # claims read with FOR UPDATE SKIP LOCKED
     delete_returning: ClassVar[bool]  # DELETE … RETURNING (or OUTPUT) works
@@ -36,11 +35,19 @@ class Dialect(Protocol):
     claim_is_one_statement: ClassVar[bool]  # the plain claim is atomic alone
     autocommit_one_statement: ClassVar[bool]  # one-statement operations run in autocommit
     claims_side_by_side: ClassVar[bool]  # a worker gains by making two claims at once
-    statistics_after: ClassVar[int | None]  # offers before the table needs planner statistics
     partial_indexes: ClassVar[bool]  # the schema's partial indexes are made here
     bucket_in_claim: ClassVar[bool]  # the claim statement charges a rate limit's bucket
     groups_in_claim: ClassVar[bool]  # a queue of groups alone is claimed by claim_groups
     ack_frees_in_one: ClassVar[bool]  # ack_freeing is one statement
+
+    # read only, where a dialect narrows the type (a class sets a value)
+    @property
+    def max_payload_bytes(self) -> int | None:
+        """The payload column's limit in bytes (None: memory's)."""
+
+    @property
+    def statistics_after(self) -> int | None:
+        """Offers before the table needs planner statistics (None: never)."""
 
     # ---- errors --------------------------------------------------------------------------
 
