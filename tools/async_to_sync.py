@@ -42,6 +42,7 @@ MODULES = {
     "sharded_async.py": "sharded.py",
     "inspection_async.py": "inspection.py",
     "notifier_async.py": "notifier.py",
+    "tasks_async.py": "tasks.py",
 }
 
 RENAMES = {
@@ -55,6 +56,9 @@ RENAMES = {
     "AsyncShardedCronService": "ShardedCronService",
     "AsyncInspector": "Inspector",
     "AsyncEnvelope": "Envelope",
+    "AsyncTasks": "Tasks",
+    "AsyncTask": "Task",
+    "AsyncTaskHandle": "TaskHandle",
     "AsyncConnection": "Connection",
     "AsyncEngine": "Engine",
     "AsyncRetrying": "Retrying",

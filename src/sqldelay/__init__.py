@@ -51,11 +51,25 @@ from .serializers import BytesSerializer, JsonSerializer, Serializer, StrSeriali
 from .sharded import ShardedQueue
 from .sharded_async import AsyncShardedQueue
 from .sharded_base import shard_name, shard_score
+from .tasks import Task, TaskHandle, Tasks
+from .tasks_async import AsyncTask, AsyncTaskHandle, AsyncTasks
+from .tasks_base import (
+    ResultError,
+    TaskArgumentsError,
+    TaskContext,
+    TaskFailed,
+    TaskResult,
+    TaskStatus,
+    UnknownTaskError,
+)
 from .worker import Worker
 from .worker_async import AsyncWorker
 from .worker_base import ProcessingMode
 
 __all__ = [
+    "AsyncTask", "AsyncTaskHandle", "AsyncTasks", "ResultError", "Task", "TaskArgumentsError",
+    "TaskContext", "TaskFailed", "TaskHandle", "TaskResult", "TaskStatus", "Tasks",
+    "UnknownTaskError",
     "AsyncCronHandle", "AsyncCronService", "AsyncDeadLetters", "AsyncDelayedQueue", "AsyncEnvelope",
     "AsyncInspector", "AsyncShardedQueue", "AsyncWorker", "BytesSerializer", "Clock",
     "CronHandle", "CronMessage", "CronService", "DatabaseClock", "DeadLetter", "DeadLetters",

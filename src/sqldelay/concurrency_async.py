@@ -156,7 +156,7 @@ class HandlerRunner:
     async def call(self, handler: Callable[..., Any], *args: Any) -> Any:
         is_async = self._is_async.get(handler)
         if is_async is None:
-            is_async = self._is_async[handler] = inspect.iscoroutinefunction(handler)
+            is_async = self._is_async[handler] = is_async_callable(handler)
         if is_async:
             return await handler(*args)
         if self._pool is None:
@@ -167,7 +167,7 @@ class HandlerRunner:
                                    conn: AsyncConnection) -> Any:
         """Transactional mode: an ``async def`` handler gets the AsyncConnection; a plain one
         gets its sync facade, run on the loop through ``run_sync`` (slow ones block it)."""
-        if inspect.iscoroutinefunction(handler):
+        if is_async_callable(handler):
             return await handler(envelope, conn)
         return await conn.run_sync(lambda sync_conn: handler(envelope, sync_conn))
 
@@ -175,6 +175,13 @@ class HandlerRunner:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+
+
+def is_async_callable(handler: Any) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one (a task registry,
+    ``AsyncTasks``): awaited on the loop rather than run in a thread."""
+    return (inspect.iscoroutinefunction(handler)
+            or inspect.iscoroutinefunction(getattr(type(handler), "__call__", None)))
 
 
 async def side_by_side(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | Exception]:

@@ -29,6 +29,7 @@ ERROR_LENGTH = 2000  # characters of the last error kept with a dead letter
 ACTOR_LENGTH = 200  # who offered or claimed a message: a name, or host:pid[:thread]
 EVENT_KIND_LENGTH = 20
 TRACE_LENGTH = 512  # a W3C traceparent (55 characters) with room for what may follow it
+RESULT_STATUS_LENGTH = 20  # a task result's status (sqldelay.tasks_base.TaskStatus)
 
 
 class QueueId(sa.BigInteger):
@@ -82,7 +83,7 @@ def _payload_default(type_, compiler, **kw):
 
 
 # the schema version this code reads and writes: the newest migration's revision
-SCHEMA_VERSION = "0008"
+SCHEMA_VERSION = "0009"
 
 
 class _Column(NamedTuple):
@@ -406,7 +407,33 @@ HISTORY = _TableSpec("_history", "0005", (
     _Index("_kind_at_ix", ("pkind", "at"), since="0005"),
 ), optional=True)
 
-TABLES = (QUEUE, DEAD, GROUPS, SETTINGS, HISTORY)
+# the results of the tasks that keep them (``sqldelay.tasks``): a row per task message whose
+# function returned, written in the transaction of its ack, pruned by workers once
+# ``expires_at`` has passed. A task still waiting or running is read off its message, one
+# that failed for good off its dead letter: only a success leaves something to keep here
+RESULTS = _TableSpec("_results", "0009", (
+    _Column("0009", lambda: sa.Column("pkind", QueueKey(KIND_LENGTH), primary_key=True)),
+    _Column("0009", lambda: sa.Column("pkey", QueueKey(KEY_LENGTH), primary_key=True)),
+    _Column("0009", lambda: sa.Column("task", QueueKey(KEY_LENGTH), nullable=False)),
+    _Column("0009", lambda: sa.Column("status", sa.String(RESULT_STATUS_LENGTH),
+                                      nullable=False)),
+    # the message's payload (the task's name and arguments) and the function's return
+    # value, both as the queue's serializer wrote them
+    _Column("0009", lambda: sa.Column("payload", QueuePayload(), nullable=False)),
+    _Column("0009", lambda: sa.Column("return_value", QueuePayload(), nullable=True)),
+    _Column("0009", lambda: sa.Column("attempts", sa.Integer(), nullable=False)),
+    _Column("0009", lambda: sa.Column("worker", QueueKey(ACTOR_LENGTH), nullable=True)),
+    # epoch ms: the message's creation, the start and end of the run that returned, and when
+    # the row may be pruned
+    _Column("0009", lambda: sa.Column("created_at", sa.BigInteger(), nullable=False)),
+    _Column("0009", lambda: sa.Column("started_at", sa.BigInteger(), nullable=False)),
+    _Column("0009", lambda: sa.Column("finished_at", sa.BigInteger(), nullable=False)),
+    _Column("0009", lambda: sa.Column("expires_at", sa.BigInteger(), nullable=False)),
+), (
+    _Index("_kind_expiry_ix", ("pkind", "expires_at"), since="0009"),
+))
+
+TABLES = (QUEUE, DEAD, GROUPS, SETTINGS, HISTORY, RESULTS)
 
 
 def queue_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
@@ -441,6 +468,12 @@ def history_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.
     """The event history of queue table ``table_name``: ``<table_name>_history``."""
     _check_table_name(table_name)
     return HISTORY.table(metadata, table_name)
+
+
+def results_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
+    """The task results of queue table ``table_name``: ``<table_name>_results``."""
+    _check_table_name(table_name)
+    return RESULTS.table(metadata, table_name)
 
 
 def schema_tables(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE, *,

@@ -577,7 +577,7 @@ class AsyncWorker(WorkerBase):
                     conn: AsyncConnection | None) -> None:
         """Retry later, or bury after the last allowed attempt (in ``conn``'s transaction when
         given)."""
-        delay = self.retry_delay(envelope.attempt)
+        delay = self.retry_delay(envelope.attempt, envelope, error)
         if delay is None:
             letters = self.dead_letters[self._name_of[id(envelope.queue)]]
             if await letters.bury(envelope, error_text(error), connection=conn):

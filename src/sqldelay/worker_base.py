@@ -203,11 +203,18 @@ class WorkerBase:
         return [q for q in self.queues.values()
                 if q.history_settings is not None and q.history_settings.retention is not None]
 
-    def retry_delay(self, attempt: int) -> timedelta | None:
-        """How long a message whose attempt ``attempt`` failed waits; None: bury it."""
-        if self.retry.gives_up_after(attempt):
+    def retry_delay(self, attempt: int, envelope: Any = None,
+                    error: BaseException | None = None) -> timedelta | None:
+        """How long a message whose attempt ``attempt`` failed waits; None: bury it. A
+        handler with a ``retry_policy_for(envelope, error)`` method (a task registry,
+        ``tasks_base``) picks the policy of each failure; None from it leaves the worker's."""
+        retry = self.retry
+        choose = getattr(self.handler, "retry_policy_for", None)
+        if choose is not None and envelope is not None:
+            retry = choose(envelope, error) or retry
+        if retry.gives_up_after(attempt):
             return None
-        return self.retry.delay(attempt)
+        return retry.delay(attempt)
 
     def is_outage(self, exc: BaseException) -> bool:
         """A lost or unreachable database (or a transient error): ride it out and retry."""

@@ -62,7 +62,8 @@ def test_the_migrations_build_what_the_code_declares(backend_url, engine, histor
     try:
         alembic(backend_url, migrated, "-x", f"history={str(history).lower()}", "upgrade", "head")
         expected = shape(backend_url, declared)
-        assert {"", "_dead", "_groups", "_settings"} | ({"_history"} if history else set()) \
+        assert {"", "_dead", "_groups", "_settings", "_results"} \
+            | ({"_history"} if history else set()) \
             == set(expected)
         assert shape(backend_url, migrated) == expected
         alembic(backend_url, migrated, "downgrade", "base")

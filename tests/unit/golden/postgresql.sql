@@ -40,6 +40,12 @@ CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey,
 -- ddl 13
 CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
+-- ddl 14
+CREATE TABLE delayed_queue_results ( pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, task VARCHAR(200) NOT NULL, status VARCHAR(20) NOT NULL, payload BYTEA NOT NULL, return_value BYTEA, attempts INTEGER NOT NULL, worker VARCHAR(200), created_at BIGINT NOT NULL, started_at BIGINT NOT NULL, finished_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (pkind, pkey) );
+
+-- ddl 15
+CREATE INDEX delayed_queue_results_kind_expiry_ix ON delayed_queue_results (pkind, expires_at);
+
 -- offer 0
 WITH written AS (INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, created_at, deliveries, priority, group_key) SELECT :b_kind::VARCHAR AS anon_1, u.k AS k, u.p AS p, u.a AS a, u.a AS a__1, :b_now::BIGINT AS anon_2, :param_1::INTEGER AS anon_3, u.r AS r, u.g AS g FROM unnest(array((SELECT keys_v.v FROM json_array_elements_text(CAST(:keys::VARCHAR AS JSON)) WITH ORDINALITY AS keys_v(v, n) ORDER BY keys_v.n)), :payloads::BYTEA[], CAST(:ats::VARCHAR AS BIGINT[]), CAST(:priorities::VARCHAR AS INTEGER[]), array((SELECT groups_v.v FROM json_array_elements_text(CAST(:groups::VARCHAR AS JSON)) WITH ORDINALITY AS groups_v(v, n) ORDER BY groups_v.n))) AS u(k, p, a, r, g) ON CONFLICT (pkind, pkey) DO UPDATE SET payload = excluded.payload, scheduled_at = excluded.scheduled_at, scheduled_at_initially = excluded.scheduled_at_initially, lock_uuid = :param_2::VARCHAR, created_at = excluded.created_at, deliveries = :param_3::INTEGER, priority = excluded.priority, group_key = excluded.group_key WHERE excluded.pkey = ANY (array((SELECT updating_v.v FROM json_array_elements_text(CAST(:updating::VARCHAR AS JSON)) WITH ORDINALITY AS updating_v(v, n) ORDER BY updating_v.n))) AND (delayed_queue.payload != excluded.payload OR delayed_queue.scheduled_at_initially != excluded.scheduled_at_initially OR delayed_queue.priority != excluded.priority OR delayed_queue.group_key IS DISTINCT FROM excluded.group_key) RETURNING delayed_queue.pkey, xmax = :xmax_1::INTEGER AS inserted, delayed_queue.scheduled_at) SELECT written.pkey, written.inserted, CASE WHEN (written.scheduled_at <= :b_now::BIGINT) THEN pg_notify(:pg_notify_1::VARCHAR, :b_kind::VARCHAR) END AS woke FROM written;
 

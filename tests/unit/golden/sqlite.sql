@@ -37,6 +37,12 @@ CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey,
 -- ddl 12
 CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
+-- ddl 13
+CREATE TABLE delayed_queue_results ( pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, task VARCHAR(200) NOT NULL, status VARCHAR(20) NOT NULL, payload BLOB NOT NULL, return_value BLOB, attempts INTEGER NOT NULL, worker VARCHAR(200), created_at BIGINT NOT NULL, started_at BIGINT NOT NULL, finished_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (pkind, pkey) );
+
+-- ddl 14
+CREATE INDEX delayed_queue_results_kind_expiry_ix ON delayed_queue_results (pkind, expires_at);
+
 -- offer 0
 SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3);
 
