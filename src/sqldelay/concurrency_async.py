@@ -180,8 +180,8 @@ class HandlerRunner:
 def is_async_callable(handler: Any) -> bool:
     """An ``async def`` function, or an object whose ``__call__`` is one (a task registry,
     ``AsyncTasks``): awaited on the loop rather than run in a thread."""
-    return (inspect.iscoroutinefunction(handler)
-            or inspect.iscoroutinefunction(getattr(type(handler), "__call__", None)))
+    return inspect.iscoroutinefunction(handler) or (
+        callable(handler) and inspect.iscoroutinefunction(type(handler).__call__))
 
 
 async def side_by_side(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | Exception]:
