@@ -11,7 +11,7 @@ from .concurrency_async import AsyncConnection, AsyncEngine, engine_problem
 from .dead_letters_base import DeadLetter, DeadLettersBase
 from .errors import InvalidArgumentError
 from .executor_async import AsyncExecutor
-from .messages import Envelope
+from .messages import AsyncEnvelope
 from .schema import DEFAULT_TABLE
 
 
@@ -26,7 +26,7 @@ class AsyncDeadLetters(DeadLettersBase):
         super().__init__(engine, table_name=table_name, clock=clock, history=history)
         self.executor = AsyncExecutor(engine, self.dao)
 
-    async def bury(self, envelope: Envelope, error: str, *,
+    async def bury(self, envelope: AsyncEnvelope, error: str, *,
                    connection: AsyncConnection | None = None) -> bool:
         """Move a claimed message here, in one transaction: delete it (by id and lock) and
         insert its dead letter. False, and nothing written, when the lock was lost."""

@@ -21,7 +21,7 @@ from .cron_base import CronMessage, InstalledSchedule, check_hash, check_prefix,
 from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .history import HistoryEvent
-from .messages import Envelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
+from .messages import AsyncEnvelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue_async import AsyncDelayedQueue
 from .sharded_base import (
     ReshardReport,
@@ -151,19 +151,19 @@ class AsyncShardedQueue(ShardedBase):
 
     # ---- consuming -----------------------------------------------------------------------
 
-    async def poll(self, *, by: str | None = None) -> Envelope | None:
+    async def poll(self, *, by: str | None = None) -> AsyncEnvelope | None:
         """Claim the first due message of the next shard in turn that has one."""
         got = await self.poll_many(1, by=by)
         return got[0] if got else None
 
-    async def poll_many(self, limit: int, *, by: str | None = None) -> list[Envelope]:
+    async def poll_many(self, limit: int, *, by: str | None = None) -> list[AsyncEnvelope]:
         """Claim up to ``limit`` due messages, from the shards in turn (round robin), each
         claim on one shard. A shard that had nothing due is skipped until its next due time
         (at most ``recheck``, or until this object offers to it); one that cannot be reached
         is skipped for a growing backoff. Raises ShardUnavailableError only when every shard
         is down; each envelope acks, releases and extends on its own shard."""
         check_positive_int(limit, "limit")
-        got: list[Envelope] = []
+        got: list[AsyncEnvelope] = []
         for name in self.turns():
             shard = self.shard(name)
             try:
@@ -183,14 +183,14 @@ class AsyncShardedQueue(ShardedBase):
             self.check_any_up()
         return got
 
-    async def ack(self, envelope: Envelope) -> bool:
+    async def ack(self, envelope: AsyncEnvelope) -> bool:
         """Delete a claimed message on its shard; False when its lock is stale."""
         name = self.shard_of(envelope)
         return await self._on(name, partial(envelope.queue.ack, envelope))
 
-    async def ack_many(self, envelopes: Sequence[Envelope]) -> int:
+    async def ack_many(self, envelopes: Sequence[AsyncEnvelope]) -> int:
         """Delete claimed messages, one statement per shard and claim; how many were."""
-        by_shard: dict[str, list[Envelope]] = {}
+        by_shard: dict[str, list[AsyncEnvelope]] = {}
         for envelope in envelopes:
             by_shard.setdefault(self.shard_of(envelope), []).append(envelope)
         acked = 0
@@ -198,13 +198,13 @@ class AsyncShardedQueue(ShardedBase):
             acked += await self._on(name, partial(part[0].queue.ack_many, part))
         return acked
 
-    async def release(self, envelope: Envelope, *, delay: timedelta | None = None,
+    async def release(self, envelope: AsyncEnvelope, *, delay: timedelta | None = None,
                       error: str | None = None) -> bool:
         name = self.shard_of(envelope)
         return await self._on(name, partial(envelope.queue.release, envelope, delay=delay,
                                             error=error))
 
-    async def extend(self, envelope: Envelope, by: timedelta | None = None) -> bool:
+    async def extend(self, envelope: AsyncEnvelope, by: timedelta | None = None) -> bool:
         name = self.shard_of(envelope)
         return await self._on(name, partial(envelope.queue.extend, envelope, by))
 
