@@ -188,6 +188,19 @@ class Dialect(Protocol):
                      own_transaction: bool) -> list:
         """That claim for a queue of groups alone, where ``groups_in_claim``."""
 
+    def win_groups(self, conn: sa.Connection, pkind: str, groups: dict[str, bool],
+                   now_ms: int, limit: int) -> list[str]:
+        """Lock the rows of free groups among ``groups``, making missing ones; those won."""
+
+    def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
+                   now_ms: int) -> Sequence[Sequence]:
+        """The first due message of each group won, locked."""
+
+    def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
+                    now_ms: int, limit: int, lock: str, until_ms: int,
+                    actor: str | None) -> list:
+        """Claim the heads of the groups won and up to ``loose`` ungrouped messages."""
+
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict]:
         """The statement reading the first due message of each group, and its parameters."""

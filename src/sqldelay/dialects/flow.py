@@ -31,16 +31,17 @@ and take the controlled path, in one transaction (but for a rate limit alone on 
   letters free it; an expired lock frees it by itself. (PostgreSQL keeps no group rows: see
   its ``claim_grouped``.)
 
-The statements are portable SQLAlchemy Core; a dialect changes only the hooks at the end of
-FlowControl (how rows are locked, read currently, probed and inserted when absent) and, where
-its planner or its statements allow another form, how the free groups are won (``win_groups``),
-their heads read (``read_heads``) or claimed with the ungrouped messages (``claim_heads``), and
-grouped messages acked (``ack_freeing``), or the whole grouped claim and the groups' state
-(``claim_grouped``, ``free_groups``, ``extend_group``); a dialect that sets ``bucket_in_claim``
-builds the "bucket" claim into its own claim statement, and one that sets ``groups_in_claim``
-claims a queue with groups alone by its own ``claim_groups``. The statements the claim runs
-each time are built once, with named parameters: built per call, their construction and cache
-keys cost more client time than some of the statements took the database.
+The statements are portable SQLAlchemy Core; a dialect changes only hooks (``contract.Dialect``
+lists them all): those at the end of FlowControl (how rows are locked, read currently, probed
+and inserted when absent) and, where its planner or its statements allow another form, how the
+free groups are won (``win_groups``), their heads read (``read_heads``) or claimed with the
+ungrouped messages (``claim_heads``), and grouped messages acked (``ack_freeing``), or the whole
+grouped claim and the groups' state (``claim_grouped``, ``free_groups``, ``extend_group``); a
+dialect that sets ``bucket_in_claim`` builds the "bucket" claim into its own claim statement,
+and one that sets ``groups_in_claim`` claims a queue with groups alone by its own
+``claim_groups``. The statements the claim runs each time are built once, with named parameters:
+built per call, their construction and cache keys cost more client time than some of the
+statements took the database.
 """
 
 from __future__ import annotations
