@@ -49,7 +49,7 @@ def test_serves_with_the_token_of_a_file(backend_url, table_name, tmp_path):
                 assert time.monotonic() < deadline, "sqldelay serve did not answer"
                 time.sleep(0.1)
         assert r.json() == {"status": "ok", "database": "ok"}
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/health").status_code == 401
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/queues").status_code == 401
     finally:
         proc.terminate()
         proc.communicate(timeout=30)

@@ -8,9 +8,11 @@ service speaks JSON: its queues use the JSON serializer (payload type ``json``).
 from __future__ import annotations
 
 import base64
+import logging
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import sqlalchemy as sa
 from starlette.requests import Request
@@ -19,17 +21,27 @@ from starlette.routing import Route
 
 from ..dead_letters_async import AsyncDeadLetters
 from ..dead_letters_base import DeadLetter
-from ..errors import InvalidArgumentError, PayloadError
+from ..dialects.flow import Control
+from ..errors import InvalidArgumentError, PayloadError, SchemaMissingError
+from ..history import HistoryEvent
 from ..inspection_async import AsyncInspector
 from ..inspection_base import STATES, QueueSummary
 from ..messages import FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from ..queue_async import AsyncDelayedQueue
 from ..serializers import JsonSerializer
 from .errors import ApiError, invalid
-from .inputs import BATCH_MESSAGE_FIELDS, MAX_OFFSET, int_param, message_input, read_json
+from .inputs import (
+    BATCH_MESSAGE_FIELDS,
+    MAX_OFFSET,
+    int_param,
+    limit_input,
+    message_input,
+    read_json,
+)
 
 JSON = JsonSerializer()
 CACHED_QUEUES = 1024  # queue objects kept between requests (names come from requests)
+log = logging.getLogger("sqldelay.web")
 
 
 class Service:
@@ -47,22 +59,32 @@ class Service:
         self.dead = AsyncDeadLetters(engine, table_name=table_name,
                                      history=history not in (None, False))
         self.inspector = AsyncInspector(engine, table_name=table_name)
-        self._queues: OrderedDict[str, AsyncDelayedQueue] = OrderedDict()
+        self._queues: OrderedDict[tuple, AsyncDelayedQueue] = OrderedDict()
 
     def queue(self, name: str) -> AsyncDelayedQueue:
         """The queue named in the path (refused with 400 when the library refuses it)."""
-        queue = self._queues.get(name)
+        return self._cached(name, self.history)
+
+    def reader(self, name: str) -> AsyncDelayedQueue:
+        """The queue named in the path, to read its history: recorded by its producers and
+        workers whether or not the service's own queues record theirs (``history``)."""
+        return self._cached(name, True)
+
+    def _cached(self, name: str, history: Any) -> AsyncDelayedQueue:
+        """A queue object, kept between requests (the least recently used go first)."""
+        ident = (name, history)
+        queue = self._queues.get(ident)
         if queue is None:
             try:
                 queue = AsyncDelayedQueue(self.engine, name, table_name=self.table_name,
-                                          history=self.history)
+                                          history=history)
             except InvalidArgumentError as exc:
                 raise invalid("queue", str(exc), "invalid_queue") from None
-            self._queues[name] = queue
+            self._queues[ident] = queue
             if len(self._queues) > CACHED_QUEUES:
                 self._queues.popitem(last=False)
         else:
-            self._queues.move_to_end(name)
+            self._queues.move_to_end(ident)
         return queue
 
     def key(self, queue: AsyncDelayedQueue, key: str, field: str = "key") -> str:
@@ -100,7 +122,10 @@ class Service:
 
     async def get_message(self, request: Request) -> Response:
         queue = self.queue(request.path_params["queue"])
-        key = self.key(queue, request.path_params["key"])
+        return await self._status(queue, self.key(queue, request.path_params["key"]))
+
+    async def _status(self, queue: AsyncDelayedQueue, key: str) -> Response:
+        """The message of ``key``: in the queue, else its dead letter, else 404."""
         found = await queue.get(key)
         if found is not None:
             return JSONResponse(message_json(queue.name, found, datetime.now(UTC)))
@@ -110,11 +135,43 @@ class Service:
         raise _absent(queue.name, key)
 
     async def delete_message(self, request: Request) -> Response:
+        """Deletes what GET shows: the message in the queue, or, when the key has none there,
+        its dead letters (GET shows the oldest; after the DELETE it shows none)."""
         queue = self.queue(request.path_params["queue"])
         key = self.key(queue, request.path_params["key"])
-        if not await queue.drop(key, by=self.actor):
+        if await queue.drop(key, by=self.actor):
+            return Response(status_code=204)
+        dropped = 0
+        while letters := await self.dead.list(queue.name, key=key, limit=self.max_batch):
+            gone = await self.dead.drop([d.id for d in letters], by=self.actor)
+            dropped += gone
+            if not gone:  # dropped meanwhile by someone else
+                break
+        if not dropped:
             raise _absent(queue.name, key)
         return Response(status_code=204)
+
+    async def message_history(self, request: Request) -> Response:
+        """The key's events, oldest first, from the history its producers and workers
+        recorded. The path of a key ending in ``/history`` reads as this one; a client reads
+        that key's status with the slash before ``history`` sent as ``%2F``."""
+        queue = self.reader(request.path_params["queue"])
+        if not _history_asked(request):
+            key = self.key(queue, request.path_params["key"] + "/history")
+            return await self._status(self.queue(queue.name), key)
+        key = self.key(queue, request.path_params["key"])
+        try:
+            events = await queue.history(key)
+        except SchemaMissingError:
+            table = queue.recorder.table.name
+            raise ApiError(404, "no_history", f"the queue table keeps no history: there is "
+                           f"no table {table!r} (create_schema(engine, history=True), or "
+                           "sqldelay migrate --history)") from None
+        if not events and await queue.get(key) is None and not await self.dead.list(
+                queue.name, key=key, limit=1):
+            raise _absent(queue.name, key)
+        return JSONResponse({"queue": queue.name, "key": key,
+                             "events": [event_json(e) for e in events]})
 
     # ---- many messages -------------------------------------------------------------------
 
@@ -147,7 +204,11 @@ class Service:
             outcomes = await queue.offer_many(messages, by=self.actor)
         except InvalidArgumentError as exc:  # a payload the serializer or database refuses
             raise invalid("messages", str(exc), "invalid_payload") from None
-        return JSONResponse({"queue": queue.name, "outcomes": [o.value for o in outcomes]})
+        # 201 as soon as one was created, as for one message: RFC 9110's "one or more new
+        # resources"; the outcomes say which
+        status = 201 if OfferOutcome.CREATED in outcomes else 200
+        return JSONResponse({"queue": queue.name, "outcomes": [o.value for o in outcomes]},
+                            status_code=status)
 
     async def browse(self, request: Request) -> Response:
         """A page of a queue's messages in one state, in due order, by key prefix."""
@@ -173,8 +234,9 @@ class Service:
     # ---- queues --------------------------------------------------------------------------
 
     async def list_queues(self, request: Request) -> Response:
-        """A page of the queues with messages or dead letters, by name prefix; the database
-        cuts it, so a table of many queues is never read and sent whole."""
+        """A page of the queues with messages or dead letters, by name prefix, with their
+        pause and limits; the database cuts it, so a table of many queues is never read and
+        sent whole."""
         limit = int_param(request, "limit", 50, low=1, high=500)
         prefix = request.query_params.get("prefix") or None
         after = request.query_params.get("after") or None
@@ -183,12 +245,27 @@ class Service:
         except InvalidArgumentError as exc:
             field = "after" if str(exc).startswith("after") else "prefix"
             raise invalid(field, str(exc), "invalid_parameter") from None
-        return JSONResponse({"queues": [summary_json(s) for s in page.queues],
+        # each queue's settings row, all read on one connection, by primary key (the library
+        # reads a page's counts in one statement, its settings a queue at a time)
+        dao = self.inspector.dao
+        kinds = [f"{s.queue}|{s.type_name}" for s in page.queues]
+        controls = await self.inspector.executor.run(
+            lambda conn: [dao.read_control(conn, kind) for kind in kinds],
+            write=False) if kinds else []
+        return JSONResponse({"queues": [summary_json(s) | settings_json(c)
+                                        for s, c in zip(page.queues, controls, strict=True)],
                              "next_after": page.next_after})
 
     async def get_queue(self, request: Request) -> Response:
+        """The queue's counts and flow control; 404 for a queue with no messages, no dead
+        letters, no pause and no limits, which no producer or operator has used."""
         queue = self.queue(request.path_params["queue"])
-        return JSONResponse(await self.queue_json(queue))
+        found = await self.queue_json(queue)
+        if not any(found[n] for n in ("due", "scheduled", "in_flight", "dead_letters",
+                                      "paused", "rate_limit", "concurrency_limit")):
+            raise ApiError(404, "not_found", f"no queue {queue.name!r}: it has no messages, "
+                           "dead letters, pause or limits", field="queue")
+        return JSONResponse(found)
 
     async def queue_json(self, queue: AsyncDelayedQueue) -> dict:
         stats = await queue.stats()
@@ -196,6 +273,8 @@ class Service:
         dead = await self.dead.count(queue.name)
         return {"queue": queue.name, **stats_json(stats), "dead_letters": dead,
                 **control_json(control)}
+
+    # ---- flow control: stored in the database, obeyed by every consumer -------------------
 
     async def pause(self, request: Request) -> Response:
         queue = self.queue(request.path_params["queue"])
@@ -205,6 +284,31 @@ class Service:
     async def resume(self, request: Request) -> Response:
         queue = self.queue(request.path_params["queue"])
         await queue.resume()
+        return JSONResponse(await self.queue_json(queue))
+
+    async def set_rate_limit(self, request: Request) -> Response:
+        """``{"limit": n, "per_seconds": s}``: at most n claims per s seconds (default 1), by
+        every consumer together."""
+        queue = self.queue(request.path_params["queue"])
+        limit, per = limit_input(await read_json(request, self.max_body), rate=True)
+        await queue.set_rate_limit(limit, per=per)
+        return JSONResponse(await self.queue_json(queue))
+
+    async def set_concurrency_limit(self, request: Request) -> Response:
+        """``{"limit": n}``: at most n messages of the queue in flight at once."""
+        queue = self.queue(request.path_params["queue"])
+        limit, _ = limit_input(await read_json(request, self.max_body), rate=False)
+        await queue.set_concurrency_limit(limit)
+        return JSONResponse(await self.queue_json(queue))
+
+    async def lift_rate_limit(self, request: Request) -> Response:
+        queue = self.queue(request.path_params["queue"])
+        await queue.set_rate_limit(None)
+        return JSONResponse(await self.queue_json(queue))
+
+    async def lift_concurrency_limit(self, request: Request) -> Response:
+        queue = self.queue(request.path_params["queue"])
+        await queue.set_concurrency_limit(None)
         return JSONResponse(await self.queue_json(queue))
 
     # ---- dead letters --------------------------------------------------------------------
@@ -255,13 +359,15 @@ class Service:
     # ---- the service ---------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        """200 when the database answers, 503 when it does not."""
+        """200 when the database answers, 503 when it does not. Served without a token, for
+        load balancers: it tells nothing but that (the reason goes to the log)."""
         try:
             async with self.engine.connect() as conn:
                 await conn.execute(sa.select(1))
         except Exception as exc:  # any failure to reach the database is the answer
-            return JSONResponse({"status": "unavailable",
-                                 "database": f"{type(exc).__name__}"}, status_code=503)
+            log.warning("health: the database did not answer (%s)", type(exc).__name__)
+            return JSONResponse({"status": "unavailable", "database": "unavailable"},
+                                status_code=503)
         return JSONResponse({"status": "ok", "database": "ok"})
 
     def routes(self) -> list[Route]:
@@ -272,8 +378,14 @@ class Service:
             Route(q, self.get_queue, methods=["GET"]),
             Route(q + "/pause", self.pause, methods=["POST"]),
             Route(q + "/resume", self.resume, methods=["POST"]),
+            Route(q + "/rate-limit", self.set_rate_limit, methods=["PUT"]),
+            Route(q + "/rate-limit", self.lift_rate_limit, methods=["DELETE"]),
+            Route(q + "/concurrency-limit", self.set_concurrency_limit, methods=["PUT"]),
+            Route(q + "/concurrency-limit", self.lift_concurrency_limit, methods=["DELETE"]),
             Route(q + "/messages", self.post_batch, methods=["POST"]),
             Route(q + "/messages", self.browse, methods=["GET"]),
+            # before the message's routes, whose key may hold slashes (message_history)
+            Route(q + "/messages/{key:path}/history", self.message_history, methods=["GET"]),
             Route(q + "/messages/{key:path}", self.put_message, methods=["PUT"]),
             Route(q + "/messages/{key:path}", self.post_message, methods=["POST"]),
             Route(q + "/messages/{key:path}", self.get_message, methods=["GET"]),
@@ -282,6 +394,13 @@ class Service:
             Route(q + "/dead-letters/requeue", self.requeue_dead_letters, methods=["POST"]),
             Route(q + "/dead-letters/drop", self.drop_dead_letters, methods=["POST"]),
         ]
+
+
+def _history_asked(request: Request) -> bool:
+    """Whether the path asks for a history: it ends in ``/history`` as sent, not in
+    ``%2Fhistory`` (a key of that name, whose slash the server has decoded)."""
+    raw = request.scope.get("raw_path")
+    return raw is None or unquote_to_bytes(raw.rpartition(b"/")[2]) == b"history"
 
 
 def _absent(queue: str, key: str) -> ApiError:
@@ -308,7 +427,9 @@ def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict:
            "created_at": _iso(m.created_at),
            "attempt": m.deliveries, "priority": m.priority, "group": m.group,
            "locked_until": _iso(m.locked_until), "claimed_by": m.claimed_by,
-           "enqueued_by": m.enqueued_by}
+           "enqueued_by": m.enqueued_by,
+           # QueuedMessage does not carry the stored trace context yet (null until it does)
+           "trace_context": getattr(m, "trace_context", None)}
     if m.unreadable is not None:  # stored by hand or by another client: shown, not a 500
         out["unreadable"] = m.unreadable
     return out
@@ -326,6 +447,11 @@ def dead_letter_json(d: DeadLetter) -> dict:
     return out
 
 
+def event_json(e: HistoryEvent) -> dict:
+    return {"at": _iso(e.at), "event": e.kind.value, "actor": e.actor, "attempt": e.attempt,
+            "detail": e.detail}
+
+
 def stats_json(s: QueueStats) -> dict:
     return {"due": s.due, "scheduled": s.scheduled, "in_flight": s.in_flight,
             "oldest_due_age_seconds": _seconds(s.oldest_due_age)}
@@ -336,6 +462,17 @@ def summary_json(s: QueueSummary) -> dict:
             "scheduled": s.scheduled, "in_flight": s.in_flight,
             "dead_letters": s.dead_letters,
             "oldest_due_age_seconds": _seconds(s.oldest_due_age)}
+
+
+def settings_json(c: Control | None) -> dict:
+    """A settings row as ``control_json`` shows the FlowControl read from it (None: no row,
+    neither paused nor limited)."""
+    if c is None:
+        return {"paused": False, "rate_limit": None, "rate_period_seconds": None,
+                "concurrency_limit": None}
+    return {"paused": c.paused, "rate_limit": c.rate_limit,
+            "rate_period_seconds": None if c.rate_period_ms is None else c.rate_period_ms / 1000,
+            "concurrency_limit": c.max_in_flight}
 
 
 def control_json(c: FlowControl) -> dict:

@@ -100,6 +100,7 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
     app.state.service = service
     app.state.tokens = tokens
     app.state.sessions = sessions
+    app.state.sampler = sampler
     return app
 
 

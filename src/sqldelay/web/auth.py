@@ -1,13 +1,14 @@
 """Who may call the service: a bearer token (full access) and an optional read-only token.
 
-Every request but the login page needs one of them, as ``Authorization: Bearer <token>`` or,
-for the dashboard in a browser, as the session cookie that ``POST /login`` sets (HttpOnly,
-SameSite=Strict): a random session id, not the token, so that signing out revokes it
-(``sessions``). Tokens are compared in constant time; an address that sends many wrong ones
-is slowed down (429). A request that changes something and is authenticated by the cookie
-must also carry the session's CSRF token in ``X-CSRF-Token`` and come from this very origin
-(its ``Origin`` and ``Sec-Fetch-Site``, when the browser sends them): another site can make a
-browser send the cookie, but neither read the page's CSRF token nor forge those headers.
+Every request but the login page and the health check needs one of them, as
+``Authorization: Bearer <token>`` or, for the dashboard in a browser, as the session cookie
+that ``POST /login`` sets (HttpOnly, SameSite=Strict): a random session id, not the token,
+so that signing out revokes it (``sessions``). Tokens are compared in constant time; an
+address that sends many wrong ones is slowed down (429). A request that changes something
+and is authenticated by the cookie must also carry the session's CSRF token in
+``X-CSRF-Token`` and come from this very origin (its ``Origin`` and ``Sec-Fetch-Site``, when
+the browser sends them): another site can make a browser send the cookie, but neither read
+the page's CSRF token nor forge those headers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 # what needs no token: the login page (it shows no data), the login itself and the page's
 # script and style (the package's files, no data)
 OPEN = {("GET", "/"), ("HEAD", "/"), ("POST", "/login"), ("POST", "/logout")}
+# what is served to anyone, whatever token it carries: the health check, for load balancers
+# (it says whether the database answers, and nothing else)
+PUBLIC = {("GET", "/v1/health"), ("HEAD", "/v1/health")}
 ASSETS = "/assets/"
 
 ADMIN = "admin"
@@ -110,6 +114,10 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], _local_path(scope)
+        if (method, path) in PUBLIC:
+            scope["sqldelay.role"] = scope["sqldelay.session"] = None
+            await self.app(scope, receive, send)
+            return
         headers = _headers(scope)
         bearer = _bearer(headers.get("authorization"))
         session = None

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..checks import check_text, time_after, time_ms
 from ..errors import InvalidArgumentError
-from ..queue_base import check_priority
+from ..queue_base import MAX_LIMIT, check_priority
 from ..schema import KEY_LENGTH
 from .errors import ApiError, invalid
 
@@ -29,6 +29,9 @@ from .errors import ApiError, invalid
 MAX_DEPTH = 256
 MAX_OFFSET = 10**12  # the largest offset of a page of dead letters
 MESSAGE_FIELDS = {"payload", "at", "delay", "priority", "group"}
+# a rate limit's period in seconds: at least the millisecond the library counts in, at most
+# what a timedelta holds
+MIN_PERIOD, MAX_PERIOD = 0.001, 86_399_999_999_999
 BATCH_MESSAGE_FIELDS = MESSAGE_FIELDS | {"key", "update"}
 # ISO-8601 durations in weeks, days, hours, minutes and seconds (years and months have no
 # fixed length, so they are refused rather than guessed); [0-9], not \d, which matches every
@@ -134,6 +137,38 @@ def message_input(body: Any, field: str = "", *, allowed: set[str] = MESSAGE_FIE
     if group is not None:
         _library_check(check_text, group, "group", KEY_LENGTH, field=where + "group")
     return MessageInput(body["payload"], at, priority, group)
+
+
+def limit_input(body: Any, *, rate: bool) -> tuple[int, timedelta]:
+    """A limit's body: ``{"limit": n}``, and for a rate ``"per_seconds"`` (default 1)."""
+    allowed = {"limit", "per_seconds"} if rate else {"limit"}
+    if not isinstance(body, dict):
+        raise invalid("body", "the body is a JSON object such as {\"limit\": 10}",
+                      "not_an_object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise invalid(unknown[0], f"unknown field {unknown[0]!r}; known: "
+                      f"{', '.join(sorted(allowed))}", "unknown_field")
+    if "limit" not in body:
+        raise invalid("limit", "the body needs a limit (a positive integer); DELETE lifts "
+                      "the limit", "missing_field")
+    limit = body["limit"]
+    if (not isinstance(limit, int) or isinstance(limit, bool)
+            or not 1 <= limit <= MAX_LIMIT):
+        raise invalid("limit", f"limit is a whole number from 1 to {MAX_LIMIT}, got "
+                      f"{_shown(limit)}")
+    per = body.get("per_seconds", 1)
+    if (isinstance(per, bool) or not isinstance(per, int | float)
+            or not MIN_PERIOD <= per <= MAX_PERIOD):  # NaN and infinities are not JSON
+        raise invalid("per_seconds", f"per_seconds is a number of seconds from {MIN_PERIOD} "
+                      f"to {MAX_PERIOD}, got {_shown(per)}")
+    return limit, timedelta(seconds=per)
+
+
+def _shown(value: Any) -> str:
+    """A value of the body in an error message, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def parse_at(value: Any, field: str = "at") -> datetime:

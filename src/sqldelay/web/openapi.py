@@ -7,10 +7,11 @@ against it.
 
 from __future__ import annotations
 
+from ..history import EventKind
 from ..inspection_base import AFTER_PATTERN
-from ..queue_base import MAX_PRIORITY, MAX_QUEUE_NAME, MIN_PRIORITY
+from ..queue_base import MAX_LIMIT, MAX_PRIORITY, MAX_QUEUE_NAME, MIN_PRIORITY
 from ..schema import KEY_LENGTH, KIND_LENGTH
-from .inputs import MAX_OFFSET
+from .inputs import MAX_OFFSET, MAX_PERIOD, MIN_PERIOD
 
 # an ISO-8601 duration as the server takes it (``inputs.parse_delay``): [0-9], as \d matches
 # other scripts' digits in some validators' regular expressions; at least one part after P,
@@ -75,6 +76,14 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
     counts = {"due": {"type": "integer"}, "scheduled": {"type": "integer"},
               "in_flight": {"type": "integer"}, "dead_letters": {"type": "integer"},
               "oldest_due_age_seconds": _NULLABLE_SECONDS}
+    control = {"paused": {"type": "boolean"},
+               "rate_limit": {"type": ["integer", "null"],
+                              "description": "claims allowed per rate period; null: no limit"},
+               "rate_period_seconds": _NULLABLE_SECONDS,
+               "concurrency_limit": {"type": ["integer", "null"],
+                                     "description": "messages in flight at once; null: no "
+                                                    "limit"}}
+    limit = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
     schemas = {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {
             "type": "object", "required": ["code", "message"],
@@ -105,6 +114,9 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
             "priority": {"type": "integer"}, "group": {"type": ["string", "null"]},
             "locked_until": _NULLABLE_TIME, "claimed_by": {"type": ["string", "null"]},
             "enqueued_by": {"type": ["string", "null"]},
+            "trace_context": {"type": ["string", "null"],
+                              "description": "the producer's trace context (W3C "
+                                             "traceparent), stored by a traced offer"},
             "unreadable": {"type": "string",
                            "description": "present when the stored row cannot be read "
                                           "(written by hand or by another client): why; "
@@ -132,38 +144,63 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
             "dead_letters": {"type": "array", "items": _ref("DeadLetter")},
             "total": {"type": "integer"}, "offset": {"type": "integer"},
             "limit": {"type": "integer"}}},
-        "QueueSummary": {"type": "object", "required": ["queue", "payload_type", *counts],
+        "QueueSummary": {"type": "object",
+                         "required": ["queue", "payload_type", *counts, *control],
                          "properties": {"queue": {"type": "string"},
-                                        "payload_type": {"type": "string"}, **counts}},
+                                        "payload_type": {"type": "string"}, **counts,
+                                        **control}},
         "Queues": {"type": "object", "required": ["queues", "next_after"], "properties": {
             "queues": {"type": "array", "items": _ref("QueueSummary")},
             "next_after": {"type": ["string", "null"],
                            "description": "'after' of the next page; null on the last"}}},
-        "Queue": {"type": "object", "required": ["queue", "paused", *counts], "properties": {
-            "queue": {"type": "string"}, **counts, "paused": {"type": "boolean"},
-            "rate_limit": {"type": ["integer", "null"]},
-            "rate_period_seconds": _NULLABLE_SECONDS,
-            "concurrency_limit": {"type": ["integer", "null"]}}},
+        "Queue": {"type": "object", "required": ["queue", *counts, *control], "properties": {
+            "queue": {"type": "string"}, **counts, **control}},
+        "RateLimitIn": {"type": "object", "required": ["limit"], "additionalProperties": False,
+                        "properties": {"limit": limit, "per_seconds": {
+                            "type": "number", "minimum": MIN_PERIOD, "maximum": MAX_PERIOD,
+                            "default": 1, "description": "the period, in seconds"}}},
+        "ConcurrencyLimitIn": {"type": "object", "required": ["limit"],
+                               "additionalProperties": False,
+                               "properties": {"limit": limit}},
+        "Event": {"type": "object", "required": ["at", "event", "actor", "attempt", "detail"],
+                  "properties": {
+            "at": {"type": "string", "format": "date-time"},
+            "event": {"enum": [k.value for k in EventKind]},
+            "actor": {"type": ["string", "null"], "description": "who did it"},
+            "attempt": {"type": ["integer", "null"],
+                        "description": "the delivery it happened at, where one applies"},
+            "detail": {"type": ["string", "null"],
+                       "description": "a due time, a lock's expiry, an error (its first line "
+                                      "the error's message, then its traceback)"}}},
+        "History": {"type": "object", "required": ["queue", "key", "events"], "properties": {
+            "queue": {"type": "string"}, "key": {"type": "string"},
+            "events": {"type": "array", "items": _ref("Event"),
+                       "description": "oldest first, across re-offers of the key"}}},
         "Count": {"type": "object", "minProperties": 1, "maxProperties": 1,
                   "additionalProperties": {"type": "integer"}},
         "Throughput": {"type": "object", "required": ["every_seconds", "problem", "since",
-                                                      "queues"],
+                                                      "minute", "queues"],
                        "properties": {
             "every_seconds": {"type": "number"}, "problem": {"type": ["string", "null"]},
             "since": {"type": ["integer", "null"],
-                      "description": "the minute (epoch ms) counting began; null: not yet"},
+                      "description": "the first minute (epoch ms) counted whole; null: not "
+                                     "sampled yet"},
+            "minute": {"type": ["integer", "null"],
+                       "description": "the minute (epoch ms) of the last sample, counted so "
+                                      "far; null: not sampled yet"},
             "queues": {"type": "object", "description": "per queue (name|payload type)",
                        "additionalProperties": {"type": "array", "items": {
                            "type": "array", "minItems": 3, "maxItems": 3,
                            "items": {"type": "integer"},
                            "description": "[minute (epoch ms), offered, acked]"}}}}},
         "Health": {"type": "object", "required": ["status", "database"], "properties": {
-            "status": {"enum": ["ok", "unavailable"]}, "database": {"type": "string"}}},
+            "status": {"enum": ["ok", "unavailable"]},
+            "database": {"enum": ["ok", "unavailable"]}}},
     }
     responses = {name: _json(_ref("Error"), text) for name, text in (
         ("BadRequest", "bad input; nothing was written"), ("Unauthorized", "no valid token"),
         ("Forbidden", "the read-only token, or a cross-site change"),
-        ("NotFound", "no such message, dead letter or route"),
+        ("NotFound", "no such message, dead letter, queue, history or route"),
         ("TooLarge", f"the body is over {max_body:,} bytes"),
         ("TooSlow", "the body did not arrive in time"),
         ("TooManyAttempts", "this address sent too many wrong tokens; wait Retry-After "
@@ -191,17 +228,22 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
                    params=[queue, key], errors=[413]),
         "get": op("The message's status", {"200": _json(_ref("Status"), "its status")},
                   params=[queue, key]),
-        "delete": op("Delete the message", {"204": {"description": "deleted"}},
+        "delete": op("Delete what GET shows: the message, or the key's dead letters when "
+                     "it has no message in the queue", {"204": {"description": "deleted"}},
                      params=[queue, key]),
     }
+    queue_ok = _json(_ref("Queue"), "the queue, as it is now")
     return {
         "openapi": "3.1.0",
         "info": {"title": "sqldelay", "version": "1",
                  "description": "A durable delayed message queue over HTTP"},
         "security": [{"bearer": []}],
         "paths": {
-            "/v1/health": {"get": op("Whether the database answers", {
-                "200": _json(_ref("Health"), "it does")})},
+            "/v1/health": {"get": {
+                "summary": "Whether the database answers; served without a token",
+                "security": [], "parameters": [],
+                "responses": {"200": _json(_ref("Health"), "it does"),
+                              "503": _json(_ref("Health"), "it does not")}}},
             "/v1/openapi.json": {"get": op("This document", {
                 "200": _json({"type": "object"}, "the document")})},
             "/v1/throughput": {"get": op("Offered and acked per minute, as sampled", {
@@ -213,15 +255,30 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
                                "schema": {"type": "string", "maxLength": MAX_QUEUE_NAME}},
                 {"name": "after", "in": "query",
                  "schema": {"type": "string", "maxLength": KIND_LENGTH}}])},
-            "/v1/queues/{queue}": {"get": op("A queue's counts and flow control", {
-                "200": _json(_ref("Queue"), "the queue")}, params=[queue])},
+            "/v1/queues/{queue}": {"get": op(
+                "A queue's counts and flow control (404: no messages, dead letters, pause or "
+                "limits)", {"200": _json(_ref("Queue"), "the queue")}, params=[queue])},
             "/v1/queues/{queue}/pause": {"post": op("Stop claims from the queue", {
                 "200": _json(_ref("Queue"), "paused")}, params=[queue])},
             "/v1/queues/{queue}/resume": {"post": op("Let claims go on", {
                 "200": _json(_ref("Queue"), "resumed")}, params=[queue])},
+            "/v1/queues/{queue}/rate-limit": {
+                "put": op("At most 'limit' claims per 'per_seconds', by every consumer "
+                          "together", {"200": queue_ok}, body=_ref("RateLimitIn"),
+                          params=[queue], errors=[413]),
+                "delete": op("Lift the rate limit", {"200": queue_ok}, params=[queue])},
+            "/v1/queues/{queue}/concurrency-limit": {
+                "put": op("At most 'limit' messages of the queue in flight at once",
+                          {"200": queue_ok}, body=_ref("ConcurrencyLimitIn"), params=[queue],
+                          errors=[413]),
+                "delete": op("Lift the concurrency limit", {"200": queue_ok},
+                             params=[queue])},
             "/v1/queues/{queue}/messages": {
                 "post": op("Offer a batch of messages, all or none", {
-                    "200": _json(_ref("Outcomes"), "the outcomes, in order")},
+                    "201": _json(_ref("Outcomes"), "one or more created; the outcomes, in "
+                                 "order"),
+                    "200": _json(_ref("Outcomes"), "none created (updated or ignored); the "
+                                 "outcomes, in order")},
                     body=_ref("BatchIn"), params=[queue], errors=[413]),
                 "get": op("A page of the queue's messages in one state", {
                     "200": _json(_ref("Page"), "the page")}, params=[
@@ -233,6 +290,11 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
                      "schema": {"type": "string", "pattern": AFTER_PATTERN}},
                     *page_params])},
             "/v1/queues/{queue}/messages/{key}": message_path,
+            "/v1/queues/{queue}/messages/{key}/history": {"get": op(
+                "The key's events, oldest first, from the queue table's history (404 "
+                "'no_history' without one). A key that itself ends in '/history' is read "
+                "by GET /v1/queues/{queue}/messages/{key} with that last slash sent as %2F",
+                {"200": _json(_ref("History"), "its timeline")}, params=[queue, key])},
             "/v1/queues/{queue}/dead-letters": {"get": op("A page of the queue's dead letters", {
                 "200": _json(_ref("DeadLetterPage"), "the page")}, params=[
                 queue, *page_params, {"name": "offset", "in": "query",

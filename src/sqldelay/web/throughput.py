@@ -7,6 +7,10 @@ since its last sample, reading along the history's primary key, and adds them to
 of the sample. Without a history table there is nothing to count, and the snapshot says so.
 The counts are for watching, not accounting: an event whose transaction commits after a later
 event was sampled is not counted, and the service only counts while it runs.
+
+The first sample only finds where to start, mid-minute: that minute is counted in part, and the
+first minute counted whole (``since``) is the next. The dashboard draws whole minutes only, so
+neither that first minute nor the current one, still being counted, shows as a fall.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -29,15 +34,20 @@ MINUTES = 60  # minutes kept per queue
 
 
 class Sampler:
-    def __init__(self, executor, table_name: str, every: timedelta) -> None:
+    def __init__(self, executor, table_name: str, every: timedelta,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the wall clock's time in epoch seconds, by which samples go to their
+        minute."""
         if not isinstance(every, timedelta) or every.total_seconds() <= 0:
             raise ValueError(f"sample_every must be a positive timedelta, got {every!r}")
         self.executor = executor
         self.recorder = Recorder(history_table(sa.MetaData(), table_name), executor.dao)
         self.every = every.total_seconds()
         self.problem: str | None = "not sampled yet"
+        self.clock = clock
         self._last_id: int | None = None
-        self._since: int | None = None  # the minute (epoch ms) counting began
+        self._since: int | None = None  # the first minute (epoch ms) counted whole
+        self._minute: int | None = None  # the minute of the last sample
         # pkind -> minute (epoch ms) -> [offered, acked]
         self._minutes: dict[str, dict[int, list[int]]] = defaultdict(dict)
         self._task: asyncio.Task | None = None
@@ -72,22 +82,28 @@ class Sampler:
             log.debug("throughput sample failed", exc_info=True)
             return
         self.problem = None
+        now_ms = int(self.clock() * 1000)
+        minute = now_ms // 60_000 * 60_000
+        if self._last_id is None:  # counting starts now: with the next minute, a whole one
+            self._since = minute if now_ms == minute else minute + 60_000
         self._last_id = last
-        minute = int(time.time() // 60 * 60_000)
-        if self._since is None:
-            self._since = minute
+        self._minute = minute
         for (pkind, kind), n in counts.items():
             slot = self._minutes[pkind].setdefault(minute, [0, 0])
             slot[KINDS.index(kind)] += n
         oldest = minute - (MINUTES - 1) * 60_000
-        for per_minute in self._minutes.values():
+        for pkind, per_minute in list(self._minutes.items()):
             for old in [m for m in per_minute if m < oldest]:
                 del per_minute[old]
+            if not per_minute:  # a queue quiet for the last hour is forgotten
+                del self._minutes[pkind]
 
     def snapshot(self) -> dict:
-        """What the dashboard draws: since which minute the service counts (None: not yet),
-        and per queue (``name|type``) [minute, offered, acked] for each minute with events,
-        oldest first (minutes are epoch milliseconds)."""
+        """What the dashboard draws: the first minute counted whole (None: not sampled yet),
+        the minute of the last sample (the current one, counted so far), and per queue
+        (``name|type``) [minute, offered, acked] for each minute with events, oldest first
+        (minutes are epoch milliseconds, by the service's clock)."""
         return {"every_seconds": self.every, "problem": self.problem, "since": self._since,
+                "minute": self._minute,
                 "queues": {pkind: [[m, *counts] for m, counts in sorted(per_minute.items())]
-                           for pkind, per_minute in self._minutes.items() if per_minute}}
+                           for pkind, per_minute in self._minutes.items()}}
