@@ -21,8 +21,10 @@ class Server:
     """``create_app`` served on 127.0.0.1 at a free port; ``url`` is its root."""
 
     def __init__(self, backend_url: str, table_name: str, *, engine_kwargs: dict | None = None,
-                 **app_kwargs) -> None:
-        """``engine_kwargs``: for ``create_async_engine`` (default: a pool of 10 + 10)."""
+                 sampler_clock=None, **app_kwargs) -> None:
+        """``engine_kwargs``: for ``create_async_engine`` (default: a pool of 10 + 10);
+        ``sampler_clock``: the wall clock the throughput sampler goes by (epoch seconds)."""
+        self._sampler_clock = sampler_clock
         self._backend_url = backend_url
         self._table = table_name
         self._engine_kwargs = engine_kwargs
@@ -48,6 +50,8 @@ class Server:
         engine = create_async_engine(async_url(self._backend_url), **pool)
         self.loop = asyncio.get_running_loop()
         app = create_app(engine, table_name=self._table, **self._kwargs)
+        if self._sampler_clock is not None:
+            app.state.sampler.clock = self._sampler_clock
         self.app = app
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
         self._server = uvicorn.Server(config)

@@ -9,14 +9,23 @@ import os
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from sqldelay import DeadLetters, DelayedQueue
+from sqldelay import (
+    DeadLetters,
+    DelayedQueue,
+    Message,
+    RetryPolicy,
+    Worker,
+    create_schema,
+    drop_schema,
+)
 
 from ..conftest import IN_CI, unique_name
-from .server import READ_ONLY_TOKEN, TOKEN
+from .server import READ_ONLY_TOKEN, TOKEN, Server
 
 CHROMIUM = Path(os.environ.get("SQLDELAY_TEST_CHROMIUM", "/usr/bin/chromium"))
 playwright = pytest.importorskip("playwright.sync_api")
@@ -83,10 +92,11 @@ def test_operator_watches_finds_pauses_and_requeues(browser, server, engine, tab
     expect(row(page, q.name).locator("td.scheduled")).to_have_text("1")
 
     row(page, q.name).locator("a").click()
-    page.fill("#lookup-key", "order:2")
+    page.fill("#lookup-key", "order:2")  # the lookup opens the message's page
     page.click("#lookup button")
-    expect(page.locator("#lookup-result")).to_contain_text("state: scheduled")
-    expect(page.locator("#lookup-result")).to_contain_text('"item":"cake"')
+    expect(page.locator("#message-state")).to_have_text("scheduled")
+    expect(page.locator("#message-payload")).to_contain_text('"item": "cake"')
+    page.click("#crumb-queue")  # back to its queue
     page.fill("#lookup-key", "order:404")
     page.click("#lookup button")
     expect(page.locator("#lookup-result")).to_have_text("no message order:404")
@@ -136,7 +146,8 @@ def test_the_read_only_token_sees_no_changing_buttons(browser, server, engine, t
     show_queues(page, q.name)
     row(page, q.name).locator("a").click()
     expect(page.locator('#dead-letters tbody tr[data-key="k"]')).to_have_count(1)
-    for hidden in ("#pause", "#resume", "#requeue-selected", "#drop-selected"):
+    for hidden in ("#pause", "#resume", "#requeue-selected", "#drop-selected", "#rate-form",
+                   "#concurrency-form"):
         expect(page.locator(hidden)).to_be_hidden()
     expect(page.get_by_role("button", name="Requeue")).to_have_count(0)
     [session] = [c for c in page.context.cookies() if c["name"] == "sqldelay_session"]
@@ -209,3 +220,291 @@ def test_the_queue_list_pages(browser, server, engine, table_name):
     expect(rows).to_have_count(50)
     expect(rows.last).to_have_attribute("data-queue", names[49])
     assert errors == []
+
+
+def failing_worker(q, fails, name="mailer-1"):
+    """A worker of ``q`` whose handler raises for the keys in ``fails`` (a real traceback),
+    retried at once and dead-lettered at the second failure."""
+
+    def handle(envelope):
+        if envelope.key in fails:
+            send(envelope.payload)
+
+    def send(payload):
+        raise ConnectionError(f"SMTP server refused {payload['to']}: 554 mailbox unavailable")
+
+    return Worker(q, handle, name=name, retry=RetryPolicy.fixed(timedelta(0), max_attempts=2),
+                  idle_poll=timedelta(milliseconds=50), prune_every=None)
+
+
+def test_a_message_page_with_its_timeline_from_every_list(browser, server, engine, table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name, history=True)
+    q.offer("mail:1", {"to": "a@b.c"}, by="signup-service", priority=5, group="user:7")
+    q.offer("mail:2", {"to": "x@y.z"}, by="signup-service")
+    assert failing_worker(q, {"mail:1"}).drain() == 3  # mail:1 twice (then dead), mail:2 once
+    q.offer("mail:3", {"to": "c@d.e"}, by="signup-service", group="user:8")
+    held = q.poll(by="mailer-2")  # in flight
+    q.offer("mail:4", {"to": "e@f.g"}, at=datetime.now(UTC) + timedelta(hours=2))
+
+    page, errors = sign_in(browser, server, TOKEN)
+    page.goto(f"{server.url}/#queue={q.name}")  # a queue's view has an address of its own
+
+    # from the dead letters: the error on one line, the traceback folded behind it
+    letter = page.locator('#dead-letters tbody tr[data-key="mail:1"]')
+    summary = letter.locator("td.error details summary")
+    expect(summary).to_have_text("ConnectionError: SMTP server refused a@b.c: 554 mailbox "
+                                 "unavailable")
+    traceback = letter.locator("td.error details pre")
+    expect(traceback).to_be_hidden()
+    summary.click()
+    expect(traceback).to_be_visible()
+    expect(traceback).to_contain_text("in send")
+    letter.locator("td.key a").click()
+    expect(page.locator("#message-state")).to_have_text("dead lettered")
+    expect(page.locator("#queues-section")).to_be_hidden()
+    fields = page.locator("#message-fields")
+    for name, text in (("attempts", "2"), ("priority", "5"), ("group", "user:7"),
+                       ("enqueued_by", "signup-service")):
+        expect(fields.locator(f'tr[data-field="{name}"] td')).to_have_text(text)
+    expect(fields.locator('tr[data-field="last_error"] summary')).to_have_text(
+        "ConnectionError: SMTP server refused a@b.c: 554 mailbox unavailable")
+    events = page.locator("#timeline tbody tr")
+    expect(events).to_have_count(5)
+    assert [events.nth(i).get_attribute("data-event") for i in range(5)] == [
+        "offered", "claimed", "failed", "claimed", "dead_lettered"]
+    failed = events.nth(2)
+    expect(failed.locator("td.actor")).to_have_text("mailer-1")
+    expect(failed.locator("td.attempt")).to_have_text("1")
+    expect(failed.locator("td.detail summary")).to_contain_text(
+        "ConnectionError: SMTP server refused a@b.c")
+    expect(failed.locator("td.detail pre")).to_be_hidden()
+    expect(events.nth(0).locator("td.actor")).to_have_text("signup-service")
+
+    # from the messages in flight: the lock's holder and expiry
+    page.go_back()
+    expect(page.locator("#detail")).to_be_visible()
+    page.select_option("#browse-state", "in_flight")
+    page.click("#browse button")
+    page.locator('#messages tbody tr[data-key="mail:3"] td.key a').click()
+    expect(page.locator("#message-state")).to_have_text("in flight")
+    expect(fields.locator('tr[data-field="claimed_by"] td')).to_have_text("mailer-2")
+    expect(fields.locator('tr[data-field="locked_until"] td')).to_have_attribute(
+        "title", held.locked_until.isoformat().replace("+00:00", "Z"))
+    expect(fields.locator('tr[data-field="group"] td')).to_have_text("user:8")
+    expect(fields.locator('tr[data-field="trace_context"]')).to_have_count(1)
+    expect(page.locator("#timeline tbody tr")).to_have_count(2)
+    held.ack()  # the page follows it: gone, its timeline kept
+    expect(page.locator("#message-state")).to_have_text("gone")
+    expect(page.locator("#message-absent")).to_contain_text("acked or dropped")
+    expect(page.locator("#timeline tbody tr").last).to_have_attribute("data-event", "acked")
+
+    # the message lists show priority and group
+    page.click("#crumb-queue")
+    page.select_option("#browse-state", "scheduled")
+    page.click("#browse button")
+    scheduled = page.locator('#messages tbody tr[data-key="mail:4"]')
+    expect(scheduled.locator("td.priority")).to_have_text("0")
+    # from the lookup, a message acked long ago: its page with its timeline
+    page.fill("#lookup-key", "mail:2")
+    page.click("#lookup button")
+    expect(page.locator("#message-state")).to_have_text("gone")
+    expect(page.locator("#timeline tbody tr").last).to_have_attribute("data-event", "acked")
+    assert errors == []
+
+
+def test_pause_marker_and_limit_controls(browser, server, engine, table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("k", 1)
+    page, errors = sign_in(browser, server, TOKEN)
+    show_queues(page, q.name)
+    expect(row(page, q.name).locator(".paused")).to_have_count(0)
+    row(page, q.name).locator("a").click()
+    page.click("#pause")
+    expect(row(page, q.name).locator(".paused")).to_be_visible()
+    assert q.flow_control().paused
+
+    page.fill("#rate-limit", "120")
+    page.fill("#rate-per", "60")
+    page.click("#rate-form button[type=submit]")
+    expect(page.locator("#detail-limits")).to_contain_text("rate limit: 120 claims per 60 s")
+    page.fill("#concurrency-limit", "4")
+    page.click("#concurrency-form button[type=submit]")
+    expect(row(page, q.name).locator("td.limits")).to_have_text("120 / 60 s · ≤ 4 in flight")
+    control = q.flow_control()
+    assert (control.rate_limit, control.rate_period, control.concurrency_limit) == (
+        120, timedelta(seconds=60), 4)
+
+    page.fill("#concurrency-limit", "0")  # refused by the browser's form: nothing sent
+    page.click("#concurrency-form button[type=submit]")
+    assert q.flow_control().concurrency_limit == 4
+    page.click("#rate-lift")
+    expect(row(page, q.name).locator("td.limits")).to_have_text("≤ 4 in flight")
+    page.click("#concurrency-lift")
+    expect(row(page, q.name).locator("td.limits")).to_have_text("")
+    page.click("#resume")
+    expect(row(page, q.name).locator(".paused")).to_have_count(0)
+    control = q.flow_control()
+    assert (control.paused, control.rate_limit, control.concurrency_limit) == (
+        False, None, None)
+    assert errors == []
+
+
+def test_times_are_in_the_browsers_zone_and_say_which(browser, server, engine, table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("k", 1, at=datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC))
+    context = browser.new_context(locale="en-US", timezone_id="Asia/Kolkata")
+    page, errors = sign_in_to(context, server, TOKEN)
+    page.goto(f"{server.url}/#queue={q.name}&key=k")
+    due = page.locator('#message-fields tr[data-field="due_at"] td')
+    expect(due).to_have_text(re.compile(r"May 6, 2031.*12:38:09\s*PM GMT\+5:30"))
+    expect(due).to_have_attribute("title", "2031-05-06T07:08:09Z")
+    context.close()
+    assert errors == []
+
+
+def minute_ms(minutes_ago: int) -> int:
+    return (int(time.time()) // 60 - minutes_ago) * 60_000
+
+
+def test_the_chart_draws_whole_minutes_and_nothing_from_one(browser, server, engine,
+                                                               table_name):
+    """Fed samples (the page's read of the throughput answered by the test): a single whole
+    minute draws nothing, three whole minutes draw a line through three points; the minute
+    being counted is never drawn, only told."""
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("k", 1)
+    samples = {"every_seconds": 10, "problem": None, "since": minute_ms(1),
+               "minute": minute_ms(0), "queues": {f"{q.name}|json": [
+                   [minute_ms(1), 30, 20], [minute_ms(0), 5, 4]]}}
+    context = browser.new_context()
+    context.route("**/v1/throughput", lambda route: route.fulfill(json=samples))
+    page, errors = sign_in_to(context, server, TOKEN)
+    page.goto(f"{server.url}/#queue={q.name}")
+    chart = page.locator("#chart")
+    expect(chart).to_have_attribute("data-minutes", "1")
+    expect(chart.locator("svg")).to_have_count(0)
+    expect(page.locator("#chart-note")).to_contain_text("from the second one on")
+    expect(page.locator("#chart-note")).to_contain_text("This minute so far: 5 offered, 4 acked")
+
+    samples["since"] = minute_ms(3)
+    samples["queues"][f"{q.name}|json"] = [[minute_ms(3), 10, 0], [minute_ms(1), 30, 20],
+                                           [minute_ms(0), 5, 4]]
+    expect(chart).to_have_attribute("data-minutes", "3")
+    offered = chart.locator("path.offered")
+    expect(offered).to_have_count(1)
+    assert offered.get_attribute("d").count("L") == 2  # three points; minute 2 counted 0
+    context.close()
+    assert errors == []
+
+
+# where the screenshots of the docs go: docs/ with SQLDELAY_DOCS_SCREENSHOTS=docs (see
+# docs/web.md), else the test's own directory
+DOCS_SCREENSHOTS = os.environ.get("SQLDELAY_DOCS_SCREENSHOTS")
+
+
+def test_the_docs_screenshots(browser, backend_url, engine, tmp_path):
+    """The screenshots of docs/web.md and the README, of a table of its own: producers, a
+    worker whose webhook handler fails now and then, a paused queue with limits, and five
+    minutes of traffic (the sampler's clock is moved a minute at a time while the traffic of
+    each runs, so that the chart has whole minutes to draw within seconds)."""
+    out = Path(DOCS_SCREENSHOTS) if DOCS_SCREENSHOTS else tmp_path
+    table = unique_name("shots")
+    create_schema(engine, table_name=table, history=True)
+    start = (int(time.time()) // 60 - 6) * 60 + 20  # six minutes ago, 20 s into its minute
+    clock = [start]
+    server = Server(backend_url, table, history=True, sample_every=timedelta(seconds=0.5),
+                    sampler_clock=lambda: clock[0]).start()
+    try:
+        make = partial(DelayedQueue, engine, table_name=table, history=True)
+        emails, webhooks, reports = make("emails"), make("webhooks"), make("reports")
+        mailer = Worker(emails, lambda env: None, name="mailer-1", prune_every=None)
+        hooks = Worker(webhooks, deliver_webhook, name="hooks-1", prune_every=None,
+                       retry=RetryPolicy.fixed(timedelta(0), max_attempts=3))
+        sampler = server.app.state.sampler
+
+        async def counted():
+            return sampler.snapshot()
+
+        deadline = time.monotonic() + 30
+        while server.call(counted())["since"] is None:  # the first sample, six minutes ago
+            assert time.monotonic() < deadline, "the sampler did not start"
+            time.sleep(0.05)
+        for minute, (mails, events) in enumerate([(40, 25), (65, 30), (80, 42), (72, 38),
+                                                  (90, 45)], start=1):
+            clock[0] = start + minute * 60
+            now = datetime.now(UTC)
+            emails.offer_many([Message(f"welcome:{minute}-{i}", {"to": f"user{i}@example.com"})
+                               for i in range(mails)], by="signup-service")
+            webhooks.offer_many([Message(f"hook:{minute}{i:02}", {
+                "event": f"order.paid:{minute}{i:02}", "url": WEBHOOK_URL},
+                at=now, priority=i % 3, group=f"shop:{i % 5}") for i in range(events)],
+                by="orders-api")
+            mailer.drain()
+            hooks.drain()
+            deadline = time.monotonic() + 30
+            while True:  # the minute's events counted before the clock moves on
+                done = server.call(counted())["queues"].get("webhooks|json", [])
+                if [m for m in done if m[0] == clock[0] // 60 * 60_000 and m[1] == events]:
+                    break
+                assert time.monotonic() < deadline, "the sampler did not count the minute"
+                time.sleep(0.05)
+        clock[0] = start + 6 * 60 + 15  # the current minute, counted so far
+        emails.offer_many([Message(f"welcome:late-{i}", {"to": f"user{i}@example.com"},
+                                   at=datetime.now(UTC) - timedelta(seconds=40 - i))
+                           for i in range(12)], by="signup-service")
+        webhooks.offer_many([Message(f"hook:7{i:02}", {"event": f"order.paid:7{i:02}",
+                                                       "url": WEBHOOK_URL}, priority=1,
+                                     group=f"shop:{i}") for i in range(6)], by="orders-api")
+        held = webhooks.poll_many(2, by="hooks-2")  # in flight
+        reports.offer_many([Message(f"report:{day}", {"day": day},
+                                    at=datetime.now(UTC) + timedelta(hours=day))
+                            for day in range(1, 9)], by="billing")
+        reports.pause()
+        reports.set_rate_limit(10, per=timedelta(minutes=1))
+        webhooks.set_concurrency_limit(8)
+        dead = DeadLetters.of(webhooks).list("webhooks")[-1]
+
+        context = browser.new_context(viewport={"width": 1100, "height": 900},
+                                      locale="en-GB", timezone_id="Europe/Bucharest")
+        page, errors = sign_in_to(context, server, TOKEN)
+        page.goto(f"{server.url}/#queue=webhooks")
+        expect(page.locator("#chart svg path.offered")).to_have_count(1)
+        expect(page.locator("#chart")).to_have_attribute("data-minutes", "5")
+        expect(row(page, "reports").locator(".paused")).to_be_visible()
+        expect(row(page, "reports").locator("td.limits")).to_have_text("10 / 60 s")
+        expect(page.locator("#dead-letters tbody tr")).to_have_count(
+            DeadLetters.of(webhooks).count("webhooks"))
+        page.select_option("#browse-state", "in_flight")
+        page.click("#browse button")
+        expect(page.locator("#messages tbody tr")).to_have_count(len(held))
+        page.locator("#lookup-key").fill(dead.key)
+        page.screenshot(path=out / "dashboard.png", full_page=True)
+
+        page.click("#lookup button")
+        expect(page.locator("#message-state")).to_have_text("dead lettered")
+        expect(page.locator("#timeline tbody tr")).to_have_count(7)
+        failure = page.locator("#timeline tbody tr").nth(2)
+        failure.locator("summary").click()
+        expect(failure.locator("pre")).to_contain_text("in deliver_webhook")
+        with page.expect_response(lambda r: r.url.endswith("/history")):
+            pass  # the page's next refresh, which leaves the traceback unfolded
+        expect(failure.locator("pre")).to_be_visible()
+        page.screenshot(path=out / "dashboard-message.png", full_page=True)
+        context.close()
+        assert errors == []
+    finally:
+        server.stop()
+        drop_schema(engine, table_name=table)
+
+
+WEBHOOK_URL = "https://shop.example.com/hooks/orders"
+
+
+def deliver_webhook(envelope):
+    """The webhooks' handler: the endpoint of events 13 and 37 of each minute answers 502."""
+    if envelope.key[-2:] in ("13", "37"):
+        post(envelope.payload["url"], envelope.payload)
+
+
+def post(url, body):
+    raise ConnectionError(f"POST {url}: 502 Bad Gateway (event {body['event']})")
