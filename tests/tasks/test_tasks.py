@@ -420,3 +420,21 @@ def test_async_tasks_in_transactional_mode(async_url, table_name):
             await engine.dispose()
 
     asyncio.run(scenario())
+
+
+
+def test_a_cron_message_with_a_task_payload_runs_as_that_task(engine, table_name):
+    clock = FakeClock()
+    queue = DelayedQueue(engine, unique_name("tq"), table_name=table_name, clock=clock)
+    tasks = Tasks(queue)
+    runs = []
+
+    @tasks.task(name="nightly")
+    def nightly(scope):
+        runs.append(scope)
+
+    queue.cron().install_periodic("nightly", timedelta(hours=1),
+                                  payload={"task": "nightly", "kwargs": {"scope": "all"}})
+    clock.advance(timedelta(hours=1, minutes=1))
+    Worker(queue, tasks, retry=FAST).drain()
+    assert runs == ["all"]
