@@ -8,18 +8,23 @@ caller's transaction: it neither commits nor retries (a deadlock has already rol
 caller's work back; only the caller can redo it), and an operation that writes takes the locks
 its reads need first, as it would in a transaction of its own (``QueueDao.join_write``).
 Otherwise each operation gets its own transaction, retried with bounded exponential backoff
-and jitter when the database reports a transient error.
+and jitter when the database reports a transient error. Within ``patience(seconds)``, an
+operation also waits out a database it has reached before and cannot reach now (a failover, a
+restart) for up to that long; a database never reached fails at once: a wrong address is not
+an outage to wait out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from functools import partial
 from typing import TypeVar
 
 import sqlalchemy as sa
-from tenacity import retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import RetryCallState, retry_if_exception, wait_random_exponential
 
 from .concurrency import Connection, Engine, Retrying, check_connection, run_op
 from .dialects import ErrorKind, QueueDao
@@ -28,18 +33,36 @@ from .errors import SchemaMissingError
 T = TypeVar("T")
 log = logging.getLogger("sqldelay")
 
+# how long the operations of this thread or task wait out an outage (``patience``)
+_patience: ContextVar[float] = ContextVar("sqldelay_patience", default=0.0)
+
+
+@contextlib.contextmanager
+def patience(seconds: float) -> Iterator[None]:
+    """Within the block, the operations of this thread or task (offers, claims, acks made
+    without ``connection=``) wait out a database that was reached before and is unreachable
+    now, a failover or a restart, for up to ``seconds`` before they raise (0, the default
+    outside such a block: they raise at once). Workers ride out outages themselves."""
+    token = _patience.set(seconds)
+    try:
+        yield
+    finally:
+        _patience.reset(token)
+
 
 class Executor:
     def __init__(self, engine: Engine, dao: QueueDao, *, attempts: int = 10,
                  max_backoff: float = 1.0) -> None:
         self.engine = engine
         self.dao = dao
-        # the attempts after a first one that failed transiently (the first runs outside
-        # tenacity: it is the common case, and tenacity costs tens of microseconds a call)
+        self.attempts = attempts
+        self._reached = False  # an operation has succeeded: the database exists
+        # the attempts after a first one that failed (the first runs outside tenacity: it is
+        # the common case, and tenacity costs tens of microseconds a call)
         self._retrying = Retrying(
-            retry=retry_if_exception(self._is_transient),
+            retry=retry_if_exception(self._is_retryable),
             wait=wait_random_exponential(multiplier=0.005, max=max_backoff),
-            stop=stop_after_attempt(attempts - 1),
+            stop=self._stop,
             before_sleep=lambda state: log.debug("retrying after %s", state.outcome.exception()),
             reraise=True,
         )
@@ -61,12 +84,17 @@ class Executor:
             else:
                 attempt = partial(self._once, op, write, read_committed)
             try:
-                return attempt()
-            except sa.exc.DBAPIError as exc:
-                if not self._is_transient(exc):
+                result = attempt()
+            except (sa.exc.DBAPIError, OSError) as exc:
+                if not self._is_retryable(exc):
                     raise
                 log.debug("retrying after %s", exc)
-            return self._retrying.copy()(attempt)  # copy: per-call state
+            else:
+                self._reached = True
+                return result
+            result = self._retrying.copy()(attempt)  # copy: per-call state
+            self._reached = True
+            return result
         except sa.exc.DBAPIError as exc:
             if self.dao.classify(exc) is ErrorKind.MISSING_TABLE:
                 name = self.dao.table.name
@@ -104,3 +132,25 @@ class Executor:
     def _is_transient(self, exc: BaseException) -> bool:
         return (isinstance(exc, sa.exc.DBAPIError)
                 and self.dao.classify(exc) is ErrorKind.TRANSIENT)
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        """The connection was lost, or the database cannot be reached: the server is gone,
+        restarting, or (``target_session_attrs=read-write``) no node is primary yet. A
+        driver's OperationalError that carries no code of the server's never reached one;
+        asyncpg lets the socket's own error through when it connects."""
+        if isinstance(exc, OSError):
+            return True
+        return isinstance(exc, sa.exc.DBAPIError) and (
+            exc.connection_invalidated
+            or self.dao.classify(exc) is ErrorKind.UNAVAILABLE
+            or (isinstance(exc, sa.exc.OperationalError) and self.dao.error_code(exc) is None))
+
+    def _is_retryable(self, exc: BaseException) -> bool:
+        return self._is_transient(exc) or (self._reached and _patience.get() > 0
+                                           and self._is_outage(exc))
+
+    def _stop(self, state: RetryCallState) -> bool:
+        """Transient errors get ``attempts`` in all; an outage ``patience`` seconds."""
+        if self._is_outage(state.outcome.exception()):
+            return state.seconds_since_start >= _patience.get()
+        return state.attempt_number >= self.attempts - 1

@@ -22,6 +22,7 @@ from .cron import CronService
 from .cron_base import CronMessage, InstalledSchedule, check_hash, check_prefix, tick_key
 from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
+from .executor import patience
 from .history import HistoryEvent
 from .messages import Envelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue import DelayedQueue
@@ -47,9 +48,11 @@ class ShardedQueue(ShardedBase):
 
     def _on(self, name: str, call: Any) -> Any:
         """Run ``call`` on shard ``name``; an unreachable shard's error becomes a
-        ShardUnavailableError naming it."""
+        ShardUnavailableError naming it at once, within ``executor.patience`` too: the other
+        shards go on meanwhile."""
         try:
-            return call()
+            with patience(0):
+                return call()
         except Exception as exc:
             error = self.unavailable(name, exc)
             if error is None or error is exc:

@@ -20,6 +20,7 @@ from .cron_async import AsyncCronService
 from .cron_base import CronMessage, InstalledSchedule, check_hash, check_prefix, tick_key
 from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
+from .executor_async import patience
 from .history import HistoryEvent
 from .messages import AsyncEnvelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue_async import AsyncDelayedQueue
@@ -45,9 +46,11 @@ class AsyncShardedQueue(ShardedBase):
 
     async def _on(self, name: str, call: Any) -> Any:
         """Run ``call`` on shard ``name``; an unreachable shard's error becomes a
-        ShardUnavailableError naming it."""
+        ShardUnavailableError naming it at once, within ``executor.patience`` too: the other
+        shards go on meanwhile."""
         try:
-            return await call()
+            with patience(0):
+                return await call()
         except Exception as exc:
             error = self.unavailable(name, exc)
             if error is None or error is exc:

@@ -1,0 +1,77 @@
+"""What the producers and the handlers of a high-availability test write down themselves, and
+what the test concludes from it: which offers returned, which handlings happened when and
+where, which acks returned; never sqldelay's own counters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Records:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    offered: dict[str, float] = field(default_factory=dict)  # key -> when its offer returned
+    committed_on: dict[str, object] = field(default_factory=dict)  # key -> the node, if known
+    offer_errors: dict[str, list[BaseException]] = field(default_factory=lambda: defaultdict(list))
+    offer_seconds: list[float] = field(default_factory=list)  # how long each offer call took
+    # key -> [(when the handler began, who handled it)], in order
+    handled: dict[str, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
+    acked: dict[str, float] = field(default_factory=dict)  # key -> when its ack returned
+
+    def offer_returned(self, keys, started: float, node: object = None) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for key in keys:
+                self.offered[key] = now
+                if node is not None:
+                    self.committed_on[key] = node
+            self.offer_seconds.append(now - started)
+
+    def offer_failed(self, producer: str, error: BaseException, started: float) -> None:
+        with self.lock:
+            self.offer_errors[producer].append(error)
+            self.offer_seconds.append(time.monotonic() - started)
+
+    def handle(self, key: str, who: str) -> None:
+        with self.lock:
+            self.handled[key].append((time.monotonic(), who))
+
+    def ack_returned(self, keys) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for key in keys:
+                self.acked.setdefault(key, now)
+
+    # ---- conclusions -----------------------------------------------------------------------
+
+    def lost(self) -> set[str]:
+        """Offers that returned and were never handled."""
+        with self.lock:
+            return set(self.offered) - set(self.handled)
+
+    def acked_then_redelivered(self) -> dict[str, list[tuple[float, str]]]:
+        """Keys handled again after an ack of theirs had returned."""
+        with self.lock:
+            return {key: runs for key, runs in self.handled.items()
+                    if key in self.acked and any(t > self.acked[key] for t, _ in runs)}
+
+    def handled_twice(self) -> dict[str, list[tuple[float, str]]]:
+        with self.lock:
+            return {key: runs for key, runs in self.handled.items() if len(runs) > 1}
+
+    def first_handled_of(self, node: object, after: float, who: str | None = None) \
+            -> float | None:
+        """When the first handling (by ``who``, if given), after ``after``, of a message known
+        to have been committed on ``node`` began."""
+        with self.lock:
+            times = [t for key, runs in self.handled.items()
+                     if self.committed_on.get(key) == node
+                     for t, by in runs if t > after and who in (None, by)]
+        return min(times, default=None)
+
+    def offers_after(self, moment: float) -> int:
+        with self.lock:
+            return sum(1 for t in self.offered.values() if t > moment)

@@ -1,0 +1,281 @@
+"""Highly available database clusters of their own, on this machine: a PostgreSQL primary and
+standby under Patroni with etcd, and a three-node MariaDB Galera cluster. The tests of
+tests/ha/ start them in a temporary directory on free loopback ports, fail them over, and
+destroy them; nothing here touches the machine's shared servers.
+
+Every process is started here and ended here by its own id: etcd, each Patroni, each
+PostgreSQL postmaster (Patroni starts it in a session of its own, so it is found through its
+data directory's postmaster.pid), each mariadbd.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from .servers import ServerMissing, free_port
+
+
+def _wait(condition, timeout: float, what: str):
+    """Poll ``condition`` until it returns something true, and return that; TimeoutError
+    naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if result := condition():
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _end(pid: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
+    """Send ``sig`` to process ``pid`` (one this module started) and wait until it is gone."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    _wait(lambda: not _alive(pid), timeout, f"process {pid} to end")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+class Etcd:
+    """One etcd member on loopback ports: Patroni's consensus store."""
+
+    def __init__(self, directory: str) -> None:
+        binary = shutil.which("etcd")
+        if not binary:
+            raise ServerMissing("etcd is not installed (Debian package etcd-server)")
+        self.port, peer = free_port(), free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.log = open(f"{directory}/etcd.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [binary, "--name", "e0", "--data-dir", f"{directory}/etcd",
+             "--listen-client-urls", f"http://{self.endpoint}",
+             "--advertise-client-urls", f"http://{self.endpoint}",
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"e0=http://127.0.0.1:{peer}"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        _wait(lambda: _http_json(f"http://{self.endpoint}/health") is not None, 30,
+              "etcd to answer")
+
+    def stop(self) -> None:
+        _end(self.proc.pid)
+        self.proc.wait()
+        self.log.close()
+
+
+def _http_json(url: str, data: dict | None = None) -> dict | list | None:
+    """GET (or POST ``data`` to) ``url`` and return its JSON body; None when it cannot be
+    reached or answers with an error status."""
+    body = None if data is None else json.dumps(data).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=2) as r:
+            return json.loads(r.read() or b"null")
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+class PatroniCluster:
+    """A PostgreSQL primary and ``replicas`` standbys (streaming replication), each under a
+    Patroni, with one etcd. ``synchronous``: Patroni's synchronous mode, where a commit
+    returns once a standby has it, and Patroni fails over only to that standby.
+
+    Patroni is tuned to fail over within seconds: a one-second loop, a ten-second leader
+    lease, and a crashed primary is failed over at once rather than restarted in place
+    (``primary_start_timeout: 0``)."""
+
+    def __init__(self, *, synchronous: bool = True, replicas: int = 1) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+        if not found:
+            raise ServerMissing("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
+        self.patroni = shutil.which("patroni")
+        self.patronictl = shutil.which("patronictl")
+        if not self.patroni or not self.patronictl:
+            raise ServerMissing("Patroni is not installed (Debian package patroni)")
+        self.bin = os.path.dirname(found[-1])
+        self.dir = tempfile.mkdtemp(prefix="sqldelay-patroni-")
+        self.user = "postgres" if os.geteuid() == 0 else None  # initdb refuses root
+        if self.user:
+            shutil.chown(self.dir, self.user)
+        self.synchronous = synchronous
+        self.names = [f"pg{i}" for i in range(1 + replicas)]
+        self.pg_ports = {name: free_port() for name in self.names}
+        self.api_ports = {name: free_port() for name in self.names}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.etcd: Etcd | None = None
+        try:
+            self.etcd = Etcd(self.dir)
+            for name in self.names:  # the first bootstraps and leads; the others copy it
+                self._start(name)
+                if name == self.names[0]:
+                    _wait(lambda: self.leader() == self.names[0], 60, "the first leader")
+            self.wait_healthy()
+        except BaseException:
+            self.destroy()
+            raise
+
+    # ---- addresses ---------------------------------------------------------------------
+
+    def url(self, driver: str = "psycopg") -> str:
+        """A multi-host URL of the database ``postgres`` on every node, which connects to
+        whichever is the primary (``target_session_attrs=read-write``)."""
+        hosts = "&".join(f"host=127.0.0.1:{self.pg_ports[n]}" for n in self.names)
+        return (f"postgresql+{driver}://postgres@/postgres?{hosts}"
+                "&target_session_attrs=read-write")
+
+    def node_url(self, name: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.pg_ports[name]}/postgres"
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def members(self) -> list[dict]:
+        """The members as Patroni's REST API lists them (name, role, state, lag), asked of
+        any node that answers; [] when none does."""
+        for name in self.names:
+            got = _http_json(f"http://127.0.0.1:{self.api_ports[name]}/cluster")
+            if isinstance(got, dict):
+                return got.get("members", [])
+        return []
+
+    def leader(self) -> str | None:
+        """The node that leads and runs as primary, or None (an election is under way)."""
+        for member in self.members():
+            if member.get("role") == "leader" and member.get("state") == "running":
+                return member["name"]
+        return None
+
+    def healthy(self) -> bool:
+        """A running leader, every other member streaming from it with no lag, and in
+        synchronous mode one of them the synchronous standby."""
+        members = self.members()
+        if len(members) != len(self.names) or self.leader() is None:
+            return False
+        standbys = [m for m in members if m.get("role") != "leader"]
+        if any(m.get("state") not in ("running", "streaming") or m.get("lag") not in (0, "0")
+               for m in standbys):
+            return False
+        return not self.synchronous or any(m.get("role") == "sync_standby" for m in standbys)
+
+    def wait_healthy(self, timeout: float = 120) -> None:
+        _wait(self.healthy, timeout, "the cluster to be healthy (a leader, standbys streaming)")
+
+    def postmaster_pid(self, name: str) -> int | None:
+        try:
+            with open(f"{self.dir}/{name}/data/postmaster.pid") as f:
+                pid = int(f.readline())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    # ---- failures --------------------------------------------------------------------------
+
+    def kill_primary(self) -> str:
+        """SIGKILL the primary's postmaster (its Patroni lives on, sees the crash, and hands
+        the lead to the standby); returns the node that was primary."""
+        name = self.leader()
+        if name is None:
+            raise RuntimeError("no primary to kill")
+        pid = self.postmaster_pid(name)
+        if pid is None:
+            raise RuntimeError(f"the primary {name} has no running postmaster")
+        os.kill(pid, signal.SIGKILL)
+        return name
+
+    def switchover(self) -> str:
+        """A clean switchover with ``patronictl switchover`` to another node; returns the node
+        that was primary."""
+        leader = self.leader()
+        candidate = next(n for n in self.names if n != leader)
+        self._patronictl("switchover", "--leader", leader, "--candidate", candidate,
+                         "--force")
+        return leader
+
+    def _patronictl(self, *args: str) -> str:
+        done = subprocess.run([self.patronictl, "-c", f"{self.dir}/{self.names[0]}.yml",
+                               *args], capture_output=True, text=True, user=self.user)
+        if done.returncode:
+            raise RuntimeError(f"patronictl {' '.join(args)} failed: "
+                               f"{done.stdout.strip()} {done.stderr.strip()}")
+        return done.stdout
+
+    # ---- processes -------------------------------------------------------------------------
+
+    def _start(self, name: str) -> None:
+        config = {
+            "scope": os.path.basename(self.dir),
+            "namespace": "/sqldelay/",
+            "name": name,
+            "restapi": {"listen": f"127.0.0.1:{self.api_ports[name]}",
+                        "connect_address": f"127.0.0.1:{self.api_ports[name]}"},
+            "etcd3": {"hosts": [self.etcd.endpoint]},
+            "bootstrap": {
+                "dcs": {
+                    "ttl": 10, "loop_wait": 1, "retry_timeout": 4,
+                    "primary_start_timeout": 0,
+                    "synchronous_mode": self.synchronous,
+                    "postgresql": {
+                        "use_pg_rewind": True,
+                        "parameters": {"wal_log_hints": "on", "max_wal_senders": 5,
+                                       "max_replication_slots": 5, "fsync": "off",
+                                       "max_connections": 200},
+                    },
+                },
+                "initdb": [{"auth": "trust"}, {"encoding": "UTF8"}],
+                "pg_hba": ["local all all trust", "host all all 127.0.0.1/32 trust",
+                           "host replication all 127.0.0.1/32 trust"],
+            },
+            "postgresql": {
+                "listen": f"127.0.0.1:{self.pg_ports[name]}",
+                "connect_address": f"127.0.0.1:{self.pg_ports[name]}",
+                "data_dir": f"{self.dir}/{name}/data",
+                "bin_dir": self.bin,
+                "pgpass": f"{self.dir}/{name}/pgpass",
+                "authentication": {"superuser": {"username": "postgres"},
+                                   "replication": {"username": "postgres"}},
+                "parameters": {"unix_socket_directories": self.dir},
+            },
+        }
+        path = f"{self.dir}/{name}.yml"
+        with open(path, "w") as f:
+            json.dump(config, f)  # JSON is YAML
+        os.makedirs(f"{self.dir}/{name}", mode=0o700)
+        if self.user:
+            shutil.chown(f"{self.dir}/{name}", self.user)
+            shutil.chown(path, self.user)
+        with open(f"{self.dir}/{name}.log", "wb") as log:
+            self.procs[name] = subprocess.Popen([self.patroni, path], stdout=log,
+                                                stderr=subprocess.STDOUT, user=self.user,
+                                                cwd=self.dir)
+
+    def destroy(self) -> None:
+        """End every process of the cluster (Patroni first, so that none restarts its
+        PostgreSQL) and remove its directory."""
+        try:
+            for proc in self.procs.values():
+                _end(proc.pid)
+                proc.wait()
+            for name in self.names:
+                pid = self.postmaster_pid(name)
+                if pid is not None:  # an immediate shutdown: the backends go with it
+                    _end(pid, signal.SIGQUIT)
+            if self.etcd is not None:
+                self.etcd.stop()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
