@@ -38,6 +38,7 @@ from sqldelay import (
     Inspector,
     Worker,
 )
+from sqldelay.concurrency_async import is_async_callable
 from sqldelay.executor import Executor
 from sqldelay.executor_async import AsyncExecutor
 
@@ -209,7 +210,7 @@ class AsyncFront(Front):
         self.portal.call(engine.dispose)
 
     def worker(self, queue, handler, **kwargs) -> Proxy:
-        if callable(handler) and not inspect.iscoroutinefunction(handler):
+        if callable(handler) and not is_async_callable(handler):
             handler = self._blocking_handler(handler)
         return Proxy(self.portal, self.portal.call(AsyncWorker, unwrap(queue), handler,
                                                    **kwargs))

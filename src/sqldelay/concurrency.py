@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from tenacity import Retrying
 
+from .concurrency_async import is_async_callable
 from .errors import InvalidArgumentError
 
 T = TypeVar("T")
@@ -115,6 +116,16 @@ class HandlerRunner:
 
     def __init__(self, threads: int) -> None:
         self._threads = threads
+
+    @staticmethod
+    def check(handler: Callable[..., Any]) -> None:
+        """Refuse a handler that a call here would not run: an ``async def`` (or an object
+        whose ``__call__`` is one) returns a coroutine nobody awaits, and its message would
+        be acked unhandled."""
+        if is_async_callable(handler):
+            raise InvalidArgumentError(
+                f"handler {handler!r} is asynchronous: the blocking Worker would ack its "
+                "messages without running it; use AsyncWorker")
 
     def call(self, handler: Callable[..., Any], *args: Any) -> Any:
         return handler(*args)

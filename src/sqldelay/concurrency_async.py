@@ -153,6 +153,10 @@ class HandlerRunner:
         self._pool: ThreadPoolExecutor | None = None
         self._is_async: dict[Callable[..., Any], bool] = {}
 
+    @staticmethod
+    def check(handler: Callable[..., Any]) -> None:
+        """Every callable runs here (the blocking runner refuses asynchronous ones)."""
+
     async def call(self, handler: Callable[..., Any], *args: Any) -> Any:
         is_async = self._is_async.get(handler)
         if is_async is None:

@@ -76,6 +76,7 @@ class AsyncWorker(WorkerBase):
                  handler: Callable[..., Any],
                  **settings) -> None:
         super().__init__(queues, handler, **settings)
+        HandlerRunner.check(handler)
         self.dead_letters = {name: AsyncDeadLetters.of(q) for name, q in self.queues.items()}
         self._name_of = {id(q): name for name, q in self.queues.items()}
         self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)

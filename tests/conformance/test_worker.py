@@ -435,6 +435,29 @@ def test_bad_worker_arguments_are_rejected(make_queue, front):
         front.worker(q, "not callable")
 
 
+def test_an_asynchronous_handler_is_awaited_or_refused_never_acked_unrun(make_queue, front):
+    # the blocking Worker would call it without awaiting it: every message acked, none run
+    q = make_queue()
+    q.offer("a", 1)
+    ran = []
+
+    async def handler(envelope):
+        ran.append(envelope.key)
+
+    class Registry:  # an object whose __call__ is async def, as a task registry's is
+        async def __call__(self, envelope):
+            ran.append(envelope.key)
+
+    if front.is_async:
+        assert front.worker(q, Registry(), listeners=[]).drain() == 1
+        assert ran == ["a"]
+    else:
+        for refused in (handler, Registry()):
+            with pytest.raises(InvalidArgumentError, match="asynchronous"):
+                front.worker(q, refused)
+        assert q.contains("a") and ran == []
+
+
 def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_url, table_name,
                                                    capsys, front):
     from sqldelay.cli import main

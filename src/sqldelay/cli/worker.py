@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import dataclasses
 import importlib
-import inspect
 import logging
 import os
 import sys
@@ -20,6 +19,7 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 
+from ..concurrency_async import is_async_callable
 from ..dead_letters import DeadLetters
 from ..dead_letters_base import DeadLetter
 from ..engines import create_async_engine, is_async_url
@@ -213,7 +213,7 @@ def run_worker(args: argparse.Namespace) -> int:
                 "heartbeat": args.heartbeat, "ack_window": args.ack_window,
                 "processes": args.processes}
     url = database_url(args)
-    if inspect.iscoroutinefunction(handler) or is_async_url(url):
+    if is_async_callable(handler) or is_async_url(url):
         # an async def handler, or an async driver in the URL: the asyncio worker
         checked_url(args)
         return asyncio.run(_run_async_worker(args, names, handler, queue_settings, settings))
