@@ -1,5 +1,6 @@
-"""A queue sharded over three databases: the PostgreSQL ``test`` database, a second PostgreSQL
-database on the same server (``test_shard2``, created here when missing) and MariaDB.
+"""A queue sharded over three databases: the suite's PostgreSQL database, a second database on
+the same server (its name followed by ``_shard2``: ``test_shard2`` by default; created here
+when missing) and MariaDB.
 
 The shards are the real servers of the suite, so these tests need PostgreSQL and MariaDB both
 (skipped, saying why, without them; failed when CI=true), and as elsewhere run only where
@@ -46,7 +47,7 @@ from ..conftest import DATABASES, FRONTS, IN_CI, MYSQL_URL, PG_URL, _reachable, 
 from ..helpers import wait_for
 from .test_worker_restart import PrivatePostgres
 
-SECOND_PG = "test_shard2"
+SECOND_PG = f"{sa.make_url(PG_URL).database}_shard2"  # from the settings (SQLDELAY_TEST_PG_URL)
 LOAD_KEYS = int(os.environ.get("SQLDELAY_TEST_SHARD_KEYS", "50000"))
 FAST = {"idle_poll": timedelta(milliseconds=100), "listeners": []}
 
@@ -385,7 +386,7 @@ def test_a_shard_down_mid_run_stops_only_its_own_keys_and_loses_nothing(shard_en
 @BLOCKING
 def test_reshard_from_two_to_three_shards_under_load_moves_the_expected_keys(shard_engines,
                                                                            shard_urls, capsys):
-    """2 shards (PostgreSQL test, MariaDB) become 3 (PostgreSQL test_shard2 added) while
+    """2 shards (the suite's PostgreSQL database, MariaDB) become 3 (SECOND_PG added) while
     producers offer and a worker consumes through a queue that knows the old list; before the
     reshard a moved key is found (and updated) on its old shard; after it every message is on
     its new shard, none lost, and a second run has nothing to do."""
