@@ -441,14 +441,16 @@ def test_the_docs_screenshots(browser, backend_url, engine, tmp_path):
                 by="orders-api")
             mailer.drain()
             hooks.drain()
-            failed = len([i for i in range(events) if f"{i:02}" in ("13", "37")])
-            expected = {"emails|json": [mails, mails], "webhooks|json": [events,
-                                                                         events - failed]}
+            # one more offer after the workers' last write: once the sampler has counted it,
+            # it has read past every event of the minute (it may miss one that committed
+            # after a later one was counted, as the service's counts may: PostgreSQL and
+            # MariaDB hand out the history's ids before the workers' transactions commit)
+            emails.offer(f"welcome:{minute}-last", {"to": "last@example.com"},
+                         by="signup-service")
             deadline = time.monotonic() + 30
-            while True:  # the minute's events all counted before the clock moves on
-                queues = server.call(counted())["queues"]
-                if all([clock[0] // 60 * 60_000, *counts] in queues.get(pkind, [])
-                       for pkind, counts in expected.items()):
+            while True:
+                counts = server.call(counted())["queues"].get("emails|json", [])
+                if [m for m in counts if m[:2] == [clock[0] // 60 * 60_000, mails + 1]]:
                     break
                 assert time.monotonic() < deadline, "the sampler did not count the minute"
                 time.sleep(0.05)

@@ -29,10 +29,10 @@ from .errors import ApiError, invalid
 MAX_DEPTH = 256
 MAX_OFFSET = 10**12  # the largest offset of a page of dead letters
 MESSAGE_FIELDS = {"payload", "at", "delay", "priority", "group"}
+BATCH_MESSAGE_FIELDS = MESSAGE_FIELDS | {"key", "update"}
 # a rate limit's period in seconds: at least the millisecond the library counts in, at most
 # what a timedelta holds
 MIN_PERIOD, MAX_PERIOD = 0.001, 86_399_999_999_999
-BATCH_MESSAGE_FIELDS = MESSAGE_FIELDS | {"key", "update"}
 # ISO-8601 durations in weeks, days, hours, minutes and seconds (years and months have no
 # fixed length, so they are refused rather than guessed); [0-9], not \d, which matches every
 # script's digits (and float() reads them)

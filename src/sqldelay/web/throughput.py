@@ -34,17 +34,15 @@ MINUTES = 60  # minutes kept per queue
 
 
 class Sampler:
-    def __init__(self, executor, table_name: str, every: timedelta,
-                 clock: Callable[[], float] = time.time) -> None:
-        """``clock``: the wall clock's time in epoch seconds, by which samples go to their
-        minute."""
+    def __init__(self, executor, table_name: str, every: timedelta) -> None:
         if not isinstance(every, timedelta) or every.total_seconds() <= 0:
             raise ValueError(f"sample_every must be a positive timedelta, got {every!r}")
         self.executor = executor
         self.recorder = Recorder(history_table(sa.MetaData(), table_name), executor.dao)
         self.every = every.total_seconds()
         self.problem: str | None = "not sampled yet"
-        self.clock = clock
+        # the wall clock (epoch seconds) each sample goes to its minute by; a test moves it
+        self.clock: Callable[[], float] = time.time
         self._last_id: int | None = None
         self._since: int | None = None  # the first minute (epoch ms) counted whole
         self._minute: int | None = None  # the minute of the last sample

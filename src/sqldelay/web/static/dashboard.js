@@ -623,7 +623,8 @@ function drawChart(box, points, since, minute) {
   box.dataset.acked = points.reduce((n, p) => n + p[2], 0);
   const minutes = [];
   if (since !== null && minute !== null) {
-    for (let m = Math.max(since, minute - 60 * MINUTE); m < minute; m += MINUTE) minutes.push(m);
+    // the service keeps the current minute and the 59 before it
+    for (let m = Math.max(since, minute - 59 * MINUTE); m < minute; m += MINUTE) minutes.push(m);
   }
   box.dataset.minutes = minutes.length;
   if (minutes.length < 2) {
