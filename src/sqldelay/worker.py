@@ -310,7 +310,7 @@ class Worker(WorkerBase):
         full (``_ahead``), claims two batches at once, on two connections, where the database
         gains by it (``claims_side_by_side``) and the queue has no cap in this worker: a
         claim's round trip, not the handlers, then sets the pace, and two claims keep the
-        database busy where one waits on the other (benchmarks/README.md, "Two claims at
+        database busy where one waits on the other (benchmarks/METHOD.md, "Two claims at
         once"). The handlers then have up to twice ``batch_size`` messages claimed before
         they start on them."""
         with self._lock:
