@@ -6,7 +6,8 @@ import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from ..schema import register_databases
-from .base import ClaimedRow, ErrorKind, OfferRow, QueueDao
+from .base import ClaimedRow, OfferRow, QueueDao
+from .common import ErrorKind
 from .mssql import MSSQLQueueDao
 from .mysql import MariaDBQueueDao, MySQLQueueDao
 from .oracle import OracleQueueDao

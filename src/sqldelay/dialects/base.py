@@ -160,6 +160,9 @@ class QueueDao(FlowControl):
     # the queue tables' partial indexes are made here (``schema._Index.where``): claims read
     # unlocked messages and expired locks through two indexes, and must say which they read
     partial_indexes: ClassVar[bool] = False
+    # the one-statement claim of a dialect that claims by ``claim_returning``: its claim
+    # conditions and whether it names the holder
+    _claim_statement: Callable[[tuple[str, ...], bool], sa.Executable]
 
     def __init__(self, table: sa.Table) -> None:
         self.table = t = table
@@ -316,7 +319,7 @@ class QueueDao(FlowControl):
                              f"the largest value {self.name} stores in the payload column")
 
     @staticmethod
-    def lock_order(key: str) -> object:
+    def lock_order(key: str) -> str | bytes:
         """The sort key that puts keys in the order the database locks them in (its index
         order). Every offer locks its keys in this one order, so two producers of
         overlapping batches never wait for each other in a circle."""
@@ -401,7 +404,7 @@ class QueueDao(FlowControl):
             if not compiled.positional:
                 names = [f"{c}_{i}" for i in range(n) for c in columns]
             else:
-                assert list(compiled.positiontup) == [row_name(c) for c in columns]
+                assert list(compiled.positiontup or ()) == [row_name(c) for c in columns]
             self._insert_sql[key] = (sql, names)
         return self._insert_sql[key]
 
@@ -522,6 +525,7 @@ class QueueDao(FlowControl):
         in the connection's info tells ``op`` that each of its statements commits alone
         (``require_transaction``)."""
         dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None  # the connection is open: it was just checked out
         info = conn.info
         conn.dialect.set_isolation_level(dbapi, "AUTOCOMMIT")
         info[AUTOCOMMIT] = True
@@ -661,7 +665,7 @@ class QueueDao(FlowControl):
                     keep_lock: bool) -> sa.Update:
         """Release (drop the lock) or extend (keep it) a claimed row, if the lock still holds."""
         t = self.table
-        values = {"scheduled_at": scheduled_at}
+        values: dict[str, int | None] = {"scheduled_at": scheduled_at}
         if not keep_lock:
             values["lock_uuid"] = None
         return sa.update(t).where(t.c.id == row_id, self.held_by(lock)).values(**values)

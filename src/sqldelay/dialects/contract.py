@@ -154,11 +154,11 @@ class Dialect(Protocol):
                            source: sa.FromClause | None = None) -> sa.Select:
         """A read cut to the first due messages in claim order."""
 
-    def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:
+    def lock_rows(self, stmt: sa.Select, table: sa.FromClause, *, skip: bool) -> sa.Select:
         """``stmt`` locking the rows it reads (passing over locked ones when ``skip``)."""
 
     @staticmethod
-    def lock_order(key: str) -> object:
+    def lock_order(key: str) -> str | bytes:
         """The sort key putting keys in the order the database locks them."""
 
     def current_read(self, stmt: sa.Select) -> sa.Select:

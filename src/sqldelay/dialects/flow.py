@@ -49,13 +49,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import sqlalchemy as sa
 
 from ..errors import NeedsTransaction, Raced
 from ..schema import groups_table, settings_table
 from .common import AUTOCOMMIT, ErrorKind, chunked
+
+if TYPE_CHECKING:
+    from .base import ClaimedRow
 
 # a bound on the refill's arithmetic in SQL, safely below BIGINT's 2**63
 _CHARGE_BOUND = 2**62
@@ -97,12 +100,15 @@ class Control:
         """The bucket's refill can be done in SQL: its product of elapsed milliseconds (less
         than a period) and milli-tokens a period stays within BIGINT. A bucket beyond it is
         refilled by the locked path's Python integers."""
-        return (self.rate_limit is not None
-                and self.rate_limit * 1000 * self.rate_period_ms < _CHARGE_BOUND)
+        if self.rate_limit is None:
+            return False
+        assert self.rate_period_ms is not None  # set with the rate limit
+        return self.rate_limit * 1000 * self.rate_period_ms < _CHARGE_BOUND
 
     def tokens_at(self, now_ms: int) -> int:
         """The bucket's milli-tokens at ``now_ms``: refilled for the time passed, capped at the
-        burst (one period's worth)."""
+        burst (one period's worth). Only for a queue with a rate limit."""
+        assert self.rate_limit is not None and self.rate_period_ms is not None
         full = self.rate_limit * 1000
         if self.tokens_milli is None or self.refilled_at is None:
             return full
@@ -111,13 +117,13 @@ class Control:
 
 
 # claim order: among due messages, higher priority first, then due time, then arrival
-def claim_order(t: sa.Table) -> tuple:
+def claim_order(t: sa.FromClause) -> tuple:
     return t.c.priority.desc(), t.c.scheduled_at, t.c.id
 
 
 # a group's own order: priority, then the due time the producer asked for (a redelivery or a
 # release keeps its place in the group), then arrival
-def group_order(t: sa.Table) -> tuple:
+def group_order(t: sa.FromClause) -> tuple:
     return t.c.priority.desc(), t.c.scheduled_at_initially, t.c.id
 
 
@@ -142,8 +148,10 @@ class FlowControl:
     """The mixin of QueueDao that claims controlled queues and keeps their state."""
 
     table: sa.Table
-    in_list_max: int
-    skip_locked: bool
+    in_list_max: ClassVar[int]
+    skip_locked: ClassVar[bool]
+    group_index: str
+    _claim_columns: tuple[sa.Column, ...]
     # the dialect's claim takes the condition "bucket" (``due_conditions``): one statement
     # claiming a queue with a rate limit alone and charging its bucket, the settings row
     # locked only while it runs; elsewhere that claim takes a transaction (``optimistic``)
@@ -153,6 +161,23 @@ class FlowControl:
     # (``claim_grouped``)
     groups_in_claim: ClassVar[bool] = False
 
+    if TYPE_CHECKING:
+        # QueueDao's (base.py), which the claims here call: declared for the type checker,
+        # which checks QueueDao's definitions against them
+        def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                        lock: str, until_ms: int, where: Sequence[str],
+                        actor: str | None = None) -> list[ClaimedRow]: ...
+        def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                     where: Sequence[str]) -> Sequence[Sequence]: ...
+        def mark_claimed(self, conn: sa.Connection, ids: Sequence[int], lock: str,
+                         until_ms: int, actor: str | None) -> None: ...
+        @staticmethod
+        def claimed_row(r: Sequence) -> ClaimedRow: ...
+        def ack_many(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int: ...
+        def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]: ...
+        @classmethod
+        def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind: ...
+
     def _init_flow(self) -> None:
         t = self.table
         self.groups = g = groups_table(t.metadata, t.name)
@@ -160,7 +185,7 @@ class FlowControl:
         kind = sa.bindparam("b_kind", type_=s.c.pkind.type)
         # no parameters but b_kind: the guard goes into claims that bind only b_kind and b_now
         # (SQL Server's text() claim, Oracle's driver cursor)
-        zero = sa.literal_column("0")
+        zero: sa.ColumnClause[int] = sa.literal_column("0")
         paused, grouped = s.c.paused != zero, s.c.has_groups != zero
         self._active_settings = sa.exists().where(
             s.c.pkind == kind, sa.or_(paused, grouped, s.c.rate_limit.is_not(None),
@@ -259,10 +284,11 @@ class FlowControl:
         if control.limits:
             # the settings row, locked, serializes this queue's claims: counts and tokens
             # cannot be spent twice by two consumers
-            control = self.read_control(conn, pkind, lock=True)
-            if control is None or control.paused:
+            locked = self.read_control(conn, pkind, lock=True)
+            if locked is None or locked.paused:
                 return []
-            tokens = None
+            control = locked
+            tokens: int | None = None
             if control.rate_limit is not None:
                 tokens = control.tokens_at(now_ms)
                 limit = min(limit, tokens // 1000)
@@ -272,7 +298,7 @@ class FlowControl:
                 return []
         rows = self._claim_unlimited(conn, pkind, control, now_ms, limit, lock, until_ms, actor,
                                      optimistic)
-        if control.limits and control.rate_limit is not None:
+        if tokens is not None:  # the bucket read under the settings row's lock
             s = self.settings
             conn.execute(sa.update(s).where(s.c.pkind == pkind).values(
                 tokens_milli=tokens - 1000 * len(rows),
@@ -357,9 +383,11 @@ class FlowControl:
 
     def _in_flight(self, conn: sa.Connection, pkind: str, now_ms: int) -> int:
         t = self.table
-        return int(conn.execute(self.current_read(sa.select(sa.func.count()).where(
+        count = conn.execute(self.current_read(sa.select(sa.func.count()).where(
             t.c.pkind == pkind, t.c.lock_uuid.is_not(None),
-            t.c.scheduled_at > now_ms))).scalar())
+            t.c.scheduled_at > now_ms))).scalar()
+        assert count is not None  # a count has its one row
+        return int(count)
 
     def claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                       lock: str, until_ms: int, actor: str | None,
@@ -426,7 +454,7 @@ class FlowControl:
         each with whether its row exists), making the missing rows first; the names locked.
         In claim order, as many as are still wanted at a time: a claim that locked every
         candidate would leave concurrent claims nothing but groups it does not take."""
-        names, won = list(groups), []
+        names, won = list(groups), list[str]()
         while names and len(won) < limit:
             part = sorted(names[:limit - len(won)])
             del names[:limit - len(won)]
@@ -459,7 +487,8 @@ class FlowControl:
         g = self.groups
         mine = (g.c.pkind == sa.bindparam("b_kind"),
                 g.c.group_key.in_(sa.bindparam("names", expanding=True)))
-        now, lock = sa.bindparam("b_now", type_=sa.BigInteger), sa.bindparam("lock")
+        now = sa.bindparam("b_now", type_=sa.BigInteger)
+        lock: sa.BindParameter[str] = sa.bindparam("lock")
         free = g.c.claimed_until.is_(None) | (g.c.claimed_until <= now)
         return {
             "lock": self.lock_rows(sa.select(g.c.group_key).where(*mine, free)
@@ -477,7 +506,7 @@ class FlowControl:
         }
 
     def lock_free_groups(self, conn: sa.Connection, pkind: str, names: Sequence[str],
-                         now_ms: int) -> list[str]:
+                         now_ms: int) -> Sequence[str]:
         """Lock the rows of the groups ``names`` (sorted) that are free, passing over those
         another claim has locked; the names of the groups locked."""
         return conn.execute(self._group_statements["lock"],
@@ -588,7 +617,7 @@ class FlowControl:
         claim in a caller's transaction runs at the caller's."""
         return stmt
 
-    def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:
+    def lock_rows(self, stmt: sa.Select, table: sa.FromClause, *, skip: bool) -> sa.Select:
         """``stmt`` locking the rows it reads from ``table`` (passing over locked ones when
         ``skip``)."""
         return stmt.with_for_update(skip_locked=skip) if self.skip_locked else stmt
@@ -610,12 +639,14 @@ class FlowControl:
     def absent_rows(self, conn: sa.Connection, table: sa.Table, pkind: str,
                     rows: list[dict]) -> list[dict]:
         """The rows of ``insert_absent`` that a plain read does not find, ready to insert."""
-        (extra,) = [c for c in table.primary_key.columns if c.name != "pkind"] or [None]
+        keys: list[sa.Column | None] = [c for c in table.primary_key.columns
+                                        if c.name != "pkind"]
+        (extra,) = keys or [None]
         if extra is None:
-            found = conn.execute(sa.select(table.c.pkind).where(table.c.pkind == pkind)).first()
-            return [] if found else [{"pkind": pkind}]
+            row = conn.execute(sa.select(table.c.pkind).where(table.c.pkind == pkind)).first()
+            return [] if row else [{"pkind": pkind}]
         wanted = {r[extra.name]: r for r in rows}
-        found = set()
+        found: set[object] = set()
         for part in chunked(sorted(wanted), self.in_list_max):
             found.update(conn.execute(
                 sa.select(extra).where(table.c.pkind == pkind, extra.in_(part))).scalars())

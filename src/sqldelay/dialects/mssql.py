@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
@@ -60,7 +61,7 @@ def _payload(type_, compiler, **kw):
 
 def native_error(exc: sa.exc.DBAPIError) -> int | None:
     """The SQL Server error number of a pyodbc error: args are (sqlstate, message)."""
-    args = getattr(exc.orig, "args", ())
+    args: tuple[object, ...] = getattr(exc.orig, "args", ())
     match = _NATIVE_ERROR.search(args[1]) if len(args) > 1 and isinstance(args[1], str) else None
     return int(match.group(1)) if match else None
 
@@ -88,16 +89,16 @@ class MSSQLQueueDao(QueueDao):
     delete_returning = True  # DELETE … OUTPUT deleted.id
 
     @staticmethod
-    def lock_order(key: str) -> object:
+    def lock_order(key: str) -> str | bytes:
         # a BIN2 collation orders NVARCHAR by UTF-16 code unit, where a character outside the
         # BMP (a surrogate pair, 0xD800-0xDBFF first) sorts before U+E000-U+FFFF
         return key.encode("utf-16-be")
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        self._claims: dict[tuple[tuple[str, ...], bool], sa.TextClause] = {}
+        self._claims: dict[tuple[tuple[str, ...], bool], sa.TextualSelect] = {}
 
-    def _claim_statement(self, where: tuple[str, ...], by: bool) -> sa.TextClause:
+    def _claim_statement(self, where: tuple[str, ...], by: bool) -> sa.TextualSelect:
         """The claim with the claim conditions ``where`` (naming its holder when ``by``),
         compiled from Core for the WHERE clause (its sub-selects carry the READPAST-free reads
         of settings and groups)."""
@@ -109,11 +110,12 @@ class MSSQLQueueDao(QueueDao):
                 " AND " + str(c.compile(dialect=dialect, compile_kwargs={"literal_binds": False}))
                 for c in self.due_conditions(where))
             holder = ", claimed_by = :actor" if by else ""
-            binds = [sa.bindparam("limit", type_=sa.Integer),
-                     sa.bindparam("b_kind", type_=sa.Unicode),  # NVARCHAR, like the column
-                     sa.bindparam("b_now", type_=sa.BigInteger),
-                     sa.bindparam("lock", type_=sa.String),
-                     sa.bindparam("until", type_=sa.BigInteger)]
+            binds: list[sa.BindParameter[Any]] = [
+                sa.bindparam("limit", type_=sa.Integer),
+                sa.bindparam("b_kind", type_=sa.Unicode),  # NVARCHAR, like the column
+                sa.bindparam("b_now", type_=sa.BigInteger),
+                sa.bindparam("lock", type_=sa.String),
+                sa.bindparam("until", type_=sa.BigInteger)]
             if by:
                 binds.append(sa.bindparam("actor", type_=sa.Unicode))
             self._claims[where, by] = sa.text(
@@ -173,7 +175,7 @@ class MSSQLQueueDao(QueueDao):
     def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
         return self.lock_rows(super().build_select_due(where), self.table, skip=True)
 
-    def lock_rows(self, stmt: sa.Select, table: sa.Table, *, skip: bool) -> sa.Select:
+    def lock_rows(self, stmt: sa.Select, table: sa.FromClause, *, skip: bool) -> sa.Select:
         # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): table hints lock
         hint = "WITH (UPDLOCK, ROWLOCK, READPAST)" if skip else "WITH (UPDLOCK, ROWLOCK)"
         return stmt.with_hint(table, hint, dialect_name="mssql")

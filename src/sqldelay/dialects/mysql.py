@@ -19,7 +19,16 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import QueueKey, QueuePayload, QueueText
-from .base import ROW_OVERHEAD, Advice, OfferRow, PayloadBudget, QueueDao, repeat_values, row_name
+from .base import (
+    ROW_OVERHEAD,
+    Advice,
+    OfferRow,
+    PayloadBudget,
+    QueueDao,
+    _ById,
+    repeat_values,
+    row_name,
+)
 from .flow import walk_length
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
@@ -115,8 +124,7 @@ class MySQLQueueDao(QueueDao):
         self._named_sql: dict[tuple, str] = {}  # by dialect, row count, … (``named_write``)
         self._named_reads: dict[tuple, str] = {}  # by dialect, key count (``named_read``)
 
-    def by_id(self, stmt: sa.Select | sa.Update, table: sa.Table,
-              count: int | None = None) -> sa.Select | sa.Update:
+    def by_id(self, stmt: _ById, table: sa.Table, count: int | None = None) -> _ById:
         # On a small table the optimizer reads the whole table for ``id IN (...)``, cheaper
         # by its costs than the lookups (MariaDB 10.11: 40 rows, 10 or 25 ids), and a locking
         # read, an UPDATE or a DELETE locks every row it reads, or waits for its lock: a
@@ -251,6 +259,7 @@ class MySQLQueueDao(QueueDao):
         # group joined by UNION ALL, the form before this one, took 8 ms for 100 groups in a
         # drain by one consumer (a statement of a hundred parts, parsed each time); this one
         # 2.5 ms. MySQL keeps the portable form: neither was tried there (no MySQL server).
+        assert isinstance(dialect, mysql.base.MySQLDialect)
         if not dialect.is_mariadb:
             return super().heads_plan(dialect, pkind, groups, now_ms, limit)
         return self._heads_by_id, {"b_kind": pkind, "b_now": now_ms, "names": list(groups),
@@ -302,7 +311,9 @@ class MySQLQueueDao(QueueDao):
         pool = conn.engine.pool
         packet = _PACKET_LIMITS.get(pool)
         if packet is None:
-            packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar())
+            found = conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar()
+            assert found is not None  # the variable's one row
+            packet = int(found)
             _PACKET_LIMITS[pool] = packet
         statement = packet // 2 - 64 * 1024
         return PayloadBudget(statement - ROW_OVERHEAD, min(self.offer_chunk_bytes, statement),
@@ -425,7 +436,9 @@ class MySQLQueueDao(QueueDao):
             # the one row's VALUES group repeated; what the rows share follows it (the row
             # alias, where the server takes one, and the update)
             head, sep, tail = sql.partition(" ON DUPLICATE KEY UPDATE ")
-            head, row_alias = re.fullmatch(r"(.*\))((?: AS \w+)?)", head, re.DOTALL).groups()
+            parts = re.fullmatch(r"(.*\))((?: AS \w+)?)", head, re.DOTALL)
+            assert parts is not None  # the INSERT's text ends with its VALUES group
+            head, row_alias = parts.groups()
             self._named_sql[key] = repeat_values(head, n) + row_alias + sep + tail
         return self._named_sql[key]
 

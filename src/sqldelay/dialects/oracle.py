@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
@@ -130,7 +131,7 @@ class OracleQueueDao(QueueDao):
         # SQLAlchemy sets no per-statement fetch size, so the locking read uses a driver cursor
         sql = str(self._due(tuple(where)).compile(dialect=conn.dialect))
         params = {"b_kind": pkind, "b_now": now_ms}
-        cursor = None
+        cursor: Any = None  # the driver's own (python-oracledb's prefetchrows is its own)
         try:
             cursor = conn.connection.cursor()
             cursor.prefetchrows = cursor.arraysize = limit

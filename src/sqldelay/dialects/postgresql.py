@@ -63,7 +63,7 @@ _OVERDRAWN = "22012"
 
 
 # a zero written into the statements (a bound one is a parameter on every call)
-_ZERO = sa.literal_column("0")
+_ZERO: sa.ColumnClause[int] = sa.literal_column("0")
 
 
 def _constant(text: str) -> sa.ColumnElement[str]:
@@ -72,7 +72,7 @@ def _constant(text: str) -> sa.ColumnElement[str]:
     return sa.literal_column(f"'{text}'", sa.Text)
 
 
-def _grouped_in_flight(f: sa.Alias, kind: sa.ColumnElement[str],
+def _grouped_in_flight(f: sa.FromClause, kind: sa.ColumnElement[str],
                        group: sa.ColumnElement[bool]) -> tuple[sa.ColumnElement[bool], ...]:
     """The conditions on ``f`` (an alias of a queue table) of queue ``kind``'s messages in
     flight at b_now whose group meets ``group``: what the group flight index holds (schema:
@@ -176,7 +176,8 @@ class PostgresQueueDao(QueueDao):
         ``claim_plain`` raises Raced, and the claim runs again with "bucket")."""
         if (where, by) not in self._claims:
             t, s = self.table, self.settings
-            kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
+            kind: sa.BindParameter[str] = sa.bindparam("b_kind")
+            now = sa.bindparam("b_now", type_=sa.BigInteger)
             limit = sa.bindparam("limit", type_=sa.Integer)
             credit = "bucket_credit" in where
             bucketed = credit or "bucket" in where
@@ -202,17 +203,18 @@ class PostgresQueueDao(QueueDao):
                 # With "bucket_credit" it is read, not locked, and the claims take turns only
                 # to charge (13% against 22%, once the plain claim had got faster: the longer
                 # turns bounded the queue's claims whatever the plain claim cost)
-                bucket = (sa.select(s.c.pkind, self.bucket_held(now).label("held"))
-                          .where(s.c.pkind == kind, s.c.rate_limit.is_not(None),
-                                 ~self.other_controls))
+                read = (sa.select(s.c.pkind, self.bucket_held(now).label("held"))
+                        .where(s.c.pkind == kind, s.c.rate_limit.is_not(None),
+                               ~self.other_controls))
                 if not credit:
                     picks = sa.select(sa.func.count()).select_from(picked).scalar_subquery()
-                    bucket = bucket.where(picks >= 0).with_for_update()
-                bucket = bucket.cte("bucket")
+                    read = read.where(picks >= 0).with_for_update()
+                bucket = read.cte("bucket")
                 # the bucket caps what was picked, not the pick: a LIMIT the planner cannot
                 # read it takes for a tenth of the queue, and then plans the UPDATE below as a
                 # hash join over every message (800 ms a claim at 1e6)
-                held = sa.select(bucket.c.held // 1000).scalar_subquery()
+                held: sa.ColumnElement[int] = (sa.select(bucket.c.held // 1000)
+                                               .scalar_subquery())
                 picked = (
                     sa.select(*picked.c)
                     .order_by(picked.c.priority.desc(), picked.c.scheduled_at, picked.c.id)
@@ -251,7 +253,9 @@ class PostgresQueueDao(QueueDao):
                 "deliveries": t.c.deliveries + 1}
         if by:
             mark["claimed_by"] = sa.bindparam("actor")
-        return (sa.update(t).where(*where).values(**mark)
+        # an alias of a Table is an Alias, which sa.update takes; SQLAlchemy types
+        # Table.alias() as returning any NamedFromClause, which it does not take
+        return (sa.update(t).where(*where).values(**mark)  # type: ignore[arg-type]
                 .returning(t.c.id, t.c.pkey, t.c.payload, picked.c.scheduled_at.label("due"),
                            t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
                            t.c.priority, t.c.group_key, t.c.enqueued_by,
@@ -290,6 +294,7 @@ class PostgresQueueDao(QueueDao):
         # only grow, and claims slow down as they wade through dead entries
         out = []
         server = conn.exec_driver_sql("SHOW autovacuum").scalar()
+        assert server is not None  # SHOW answers one row
         if server != "on":
             out.append(Advice("autovacuum", server, "autovacuum is off for the whole server: "
                               "the queue table bloats with dead rows; turn it on", True))
@@ -370,6 +375,7 @@ class PostgresQueueDao(QueueDao):
         """The rows of ``stmt``, run in a caller's transaction under the grouped claim's
         planner settings, which are then set back to what they were."""
         was = conn.execute(self._planner_settings(_WALK_SETTINGS, current=True)).first()
+        assert was is not None  # the settings' one row
         rows = conn.execute(stmt, params).all()
         conn.execute(self._planner_settings(dict(zip(_WALK_SETTINGS, was[:len(_WALK_SETTINGS)],
                                                      strict=True))))
@@ -436,7 +442,7 @@ class PostgresQueueDao(QueueDao):
         the claim's planner settings. Where the second finds groups the first locked busy,
         and so takes fewer than ``limit``, both run once more (``again``) for the rest."""
         walk = walk_length(limit)
-        names, won, seen, loose_seen, isolation = self._walk(conn, gated, own_transaction, {
+        names, won, seen, loose_seen, isolation = self._walked(conn, gated, own_transaction, {
             "b_kind": pkind, "b_now": now_ms, "limit": limit, "walk": walk,
             "space": f"{self.table.name}\x1f{pkind}\x1f"})
         if isolation != "read committed":
@@ -465,12 +471,14 @@ class PostgresQueueDao(QueueDao):
                                     actor, own_transaction, gated=gated, again=False)
         return in_claim_order(rows)
 
-    def _walk(self, conn: sa.Connection, gated: bool, own_transaction: bool,
+    def _walked(self, conn: sa.Connection, gated: bool, own_transaction: bool,
               params: dict) -> tuple:
         """The grouped claim's first statement's row (``_win_groups``) without the settings
         it set: the names of the groups locked (``group_names``' text, None for none), how
         many, the messages walked, whether one was ungrouped, the isolation level."""
-        return conn.execute(self._win_groups[gated, own_transaction], params).first()[:5]
+        row = conn.execute(self._win_groups[gated, own_transaction], params).first()
+        assert row is not None  # the statement's one row
+        return row[:5]
 
     def _busy(self, kind: sa.ColumnElement[str],
               group: sa.ColumnElement[str]) -> sa.Exists:
@@ -492,7 +500,8 @@ class PostgresQueueDao(QueueDao):
         the groups' locks.)"""
         # The probe of each message walked took a third of the walk's time on the server
         # (four consumers, 300 busy groups: 3.9-4.3 ms a claim of 100, against 2.8-3.0)
-        f, most = self.table.alias("f"), sa.literal_column(str(_BUSY_READ))
+        f = self.table.alias("f")
+        most: sa.ColumnClause[int] = sa.literal_column(str(_BUSY_READ))
 
         def hashed(name: sa.ColumnElement[str]) -> sa.ColumnElement[int]:
             # a collision passes a free group over in this claim, no worse
@@ -521,7 +530,7 @@ class PostgresQueueDao(QueueDao):
         Parameters: b_kind, b_now, limit, walk (how many messages to walk) and space (the
         advisory locks' prefix of names: the queue table and the queue)."""
         t, s = self.table.alias("q"), self.settings.alias("s")
-        kind = sa.bindparam("b_kind")
+        kind: sa.BindParameter[str] = sa.bindparam("b_kind")
         limit, walked = (sa.bindparam(name, type_=sa.Integer) for name in ("limit", "walk"))
         groups_only = sa.exists().where(
             s.c.pkind == kind, s.c.has_groups != _ZERO, s.c.paused == _ZERO,
@@ -592,7 +601,8 @@ class PostgresQueueDao(QueueDao):
             # converts a statement's text again on every call past 4,096 bytes, and the
             # table's name, before every column, was most of it (test_sql_postgresql)
             t, n = self.table.alias("q"), self._names()
-            kind, now = sa.bindparam("b_kind"), sa.bindparam("b_now", type_=sa.BigInteger)
+            kind: sa.BindParameter[str] = sa.bindparam("b_kind")
+            now = sa.bindparam("b_now", type_=sa.BigInteger)
             columns = (t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by, t.c.priority)
             head = (sa.select(*columns)
                     .where(t.c.pkind == kind, t.c.group_key == n.c.k, t.c.scheduled_at <= now)
@@ -783,7 +793,7 @@ class PostgresQueueDao(QueueDao):
             if dialect.paramstyle == "pyformat":
                 for name in _ARRAYS:
                     sql = sql.replace(f"%({name})s", f"%({name})b")
-            order = tuple(compiled.positiontup) if compiled.positional else None
+            order = tuple(compiled.positiontup or ()) if compiled.positional else None
             self._offer_cache[key] = (sql, dict(compiled.params), order)
         return self._offer_cache[key]
 

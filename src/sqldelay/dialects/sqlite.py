@@ -51,6 +51,7 @@ class SQLiteQueueDao(QueueDao):
         # create_schema switches the file to WAL, where readers and the one writer do not
         # block each other; in another mode every claim blocks every reader
         mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+        assert mode is not None  # the pragma answers one row
         if str(mode).lower() != "wal":
             return [Advice("journal_mode", mode, "readers and the writer block each other: "
                            "switch to WAL (sqldelay migrate does)")]
@@ -76,6 +77,7 @@ class SQLiteQueueDao(QueueDao):
             conn.begin()  # as its first statement would (a listener that sends BEGIN runs now)
         # the driver's own connection (sqlite3's, or aiosqlite's, which forwards these)
         driver = conn.connection.driver_connection
+        assert driver is not None  # the connection is open: it has just begun
         if driver.in_transaction:
             # begun, deferred or not (by the caller, or by a listener that sends BEGIN), and
             # perhaps without the write lock yet: a write that changes nothing takes it before
