@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from .concurrency import Event, Lock, spawn, wait_event
@@ -23,6 +23,9 @@ from .cron_base import (
 )
 from .messages import OfferOutcome
 from .schedules import CronSchedule, PeriodicSchedule, Schedule, daily
+
+if TYPE_CHECKING:  # the queue module imports this one
+    from .queue import DelayedQueue
 
 log = logging.getLogger("sqldelay.cron")
 
@@ -78,6 +81,8 @@ class CronHandle:
 
 class CronService(CronServiceBase):
     """Recurring messages of one queue. ``refresh``: how often each installer re-installs."""
+
+    queue: DelayedQueue
 
     def __init__(self, queue, *, refresh: timedelta = timedelta(minutes=1)) -> None:
         super().__init__(queue, refresh=refresh)

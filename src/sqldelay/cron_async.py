@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from .concurrency_async import Event, Lock, spawn, wait_event
@@ -21,6 +21,9 @@ from .cron_base import (
 )
 from .messages import OfferOutcome
 from .schedules import CronSchedule, PeriodicSchedule, Schedule, daily
+
+if TYPE_CHECKING:  # the queue module imports this one
+    from .queue_async import AsyncDelayedQueue
 
 log = logging.getLogger("sqldelay.cron")
 
@@ -76,6 +79,8 @@ class AsyncCronHandle:
 
 class AsyncCronService(CronServiceBase):
     """Recurring messages of one queue. ``refresh``: how often each installer re-installs."""
+
+    queue: AsyncDelayedQueue
 
     def __init__(self, queue, *, refresh: timedelta = timedelta(minutes=1)) -> None:
         super().__init__(queue, refresh=refresh)

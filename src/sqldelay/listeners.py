@@ -86,7 +86,7 @@ class LoggingListener(WorkerListener):
 class Listeners:
     """Calls every listener in turn, and keeps one that raises from reaching the worker."""
 
-    def __init__(self, listeners: Sequence[WorkerListener]) -> None:
+    def __init__(self, listeners: Sequence[WorkerListener | QueueListener]) -> None:
         self._listeners = tuple(listeners)
 
     def emit(self, event: str, *args) -> None:

@@ -104,7 +104,7 @@ class DelayedQueue(QueueBase):
         every shard's part before it writes any."""
         if plan is None:
             return []
-        outcomes = None
+        outcomes: list[OfferOutcome] | None = None
         if plan.first is not None and connection is None:
             try:
                 outcomes = self.executor.run(plan.first, write=True)
@@ -112,9 +112,10 @@ class DelayedQueue(QueueBase):
                 if not self.first_failed(exc):
                     raise
         if outcomes is None:
-            outcomes = self.executor.run(plan.op, write=True, connection=connection,
-                                         one_statement=plan.one_statement,
-                                         read_committed=True)
+            offered: list[OfferOutcome] = self.executor.run(
+                plan.op, write=True, connection=connection, one_statement=plan.one_statement,
+                read_committed=True)
+            outcomes = offered
         if connection is None:  # committed (in the caller's transaction: maybe not)
             self.offered(plan, outcomes)
             if self.statistics_due(outcomes):

@@ -109,7 +109,7 @@ class AsyncDelayedQueue(QueueBase):
         every shard's part before it writes any."""
         if plan is None:
             return []
-        outcomes = None
+        outcomes: list[OfferOutcome] | None = None
         if plan.first is not None and connection is None:
             try:
                 outcomes = await self.executor.run(plan.first, write=True)
@@ -117,9 +117,10 @@ class AsyncDelayedQueue(QueueBase):
                 if not self.first_failed(exc):
                     raise
         if outcomes is None:
-            outcomes = await self.executor.run(plan.op, write=True, connection=connection,
-                                               one_statement=plan.one_statement,
-                                               read_committed=True)
+            offered: list[OfferOutcome] = await self.executor.run(
+                plan.op, write=True, connection=connection, one_statement=plan.one_statement,
+                read_committed=True)
+            outcomes = offered
         if connection is None:  # committed (in the caller's transaction: maybe not)
             self.offered(plan, outcomes)
             if self.statistics_due(outcomes):

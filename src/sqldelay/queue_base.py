@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import sqlalchemy as sa
 
@@ -234,7 +234,7 @@ class QueueBase:
                     dao.store_trace_context(conn, self.pkind, changed, trace)
                 if self.recorder is not None:  # the chunk's events, one statement
                     self.recorder.write(conn, self._offer_events(rows, results, now, actor))
-            return outcomes
+            return cast(list[OfferOutcome], outcomes)  # every slot filled by its chunk
 
         alone = not flag and self.recorder is None and trace is None and len(planned) == 1
         one = alone and dao.offer_is_one_statement(batch.rows(planned[0]))
@@ -285,10 +285,11 @@ class QueueBase:
     def statistics_due(self, outcomes: Sequence[OfferOutcome]) -> bool:
         """After an offer committed: whether this object has now created enough messages to
         make sure the table has planner statistics (``statistics_op``), once."""
-        if self._unchecked_creations is None:
+        after = self.dao.statistics_after
+        if self._unchecked_creations is None or after is None:  # None together (__init__)
             return False
         self._unchecked_creations += outcomes.count(OfferOutcome.CREATED)
-        if self._unchecked_creations < self.dao.statistics_after:
+        if self._unchecked_creations < after:
             return False
         self._unchecked_creations = 0  # where the op fails, tried again as many later
         return True
@@ -305,6 +306,7 @@ class QueueBase:
 
     def _offer_events(self, rows: Sequence[OfferRow], outcomes: Sequence[OfferOutcome],
                       now: int, actor: str | None) -> list[dict]:
+        assert self.history_settings is not None and self.recorder is not None  # history
         kinds = {OfferOutcome.CREATED: EventKind.OFFERED, OfferOutcome.UPDATED: EventKind.UPDATED}
         if self.history_settings.ignored:
             kinds[OfferOutcome.IGNORED] = EventKind.IGNORED
@@ -389,6 +391,7 @@ class QueueBase:
 
     def _claim_events(self, rows: Sequence[ClaimedRow], now: int, until: int,
                       actor: str | None) -> list[dict]:
+        assert self.recorder is not None  # called with history only
         event, events = self.recorder.event, []
         for r in rows:
             if r.previous_lock is not None:  # its holder's lock ran out before an ack
@@ -422,20 +425,20 @@ class QueueBase:
         """Delete a claimed message: True, or False when its lock is stale (nothing deleted).
         A grouped message frees its group."""
         self.check_own(envelope)
-        dao, lock = self.dao, envelope.lock
-        if self.recorder is None:
-            if envelope.group is None:
+        dao, lock, group, recorder = self.dao, envelope.lock, envelope.group, self.recorder
+        if recorder is None:
+            if group is None:
                 return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
             return Call(lambda conn: dao.ack_freeing(conn, self.pkind, lock, [envelope.row_id],
-                                                     [envelope.group]) > 0,
+                                                     [group]) > 0,
                         dao.ack_frees_in_one)
 
         def op(conn: sa.Connection) -> bool:
             acked = dao.ack(conn, envelope.row_id, lock)
-            if envelope.group is not None:
-                dao.free_groups(conn, self.pkind, lock, [envelope.group])
+            if group is not None:
+                dao.free_groups(conn, self.pkind, lock, [group])
             if acked:
-                self.recorder.write(conn, [self._done_event(EventKind.ACKED, envelope)])
+                recorder.write(conn, [self._done_event(EventKind.ACKED, envelope)])
             return acked
 
         return Call(op, False)
@@ -511,7 +514,8 @@ class QueueBase:
         return now + delay_ms if delay_ms else min(now, to_ms(envelope.scheduled_at))
 
     def _done_event(self, kind: EventKind, envelope: Envelope, detail: str | None = None) -> dict:
-        """The event of what the holder of ``envelope`` did with it."""
+        """The event of what the holder of ``envelope`` did with it (with history)."""
+        assert self.recorder is not None
         return self.recorder.event(self.pkind, kind, envelope.key, self.now_ms(),
                                    actor=envelope.claimed_by, attempt=envelope.attempt,
                                    detail=detail)
@@ -658,22 +662,24 @@ class QueueBase:
         self.check_key(key)
         check_actor(by)
         stmt = self.dao.delete_key(self.pkind, key)
-        if self.recorder is None:
+        recorder = self.recorder
+        if recorder is None:
             return lambda conn: conn.execute(stmt).rowcount > 0
-        event = self.recorder.event(self.pkind, EventKind.DROPPED, key, self.now_ms(),
-                                    actor=by or current_actor())
+        event = recorder.event(self.pkind, EventKind.DROPPED, key, self.now_ms(),
+                               actor=by or current_actor())
 
         def op(conn: sa.Connection) -> bool:
             dropped = conn.execute(stmt).rowcount > 0
             if dropped:
-                self.recorder.write(conn, [event])
+                recorder.write(conn, [event])
             return dropped
 
         return op
 
     def clear_op(self, by: str | None = None) -> Op:
         check_actor(by)
-        if self.recorder is None:
+        recorder = self.recorder
+        if recorder is None:
             stmt = self.dao.delete_kind(self.pkind)
             return lambda conn: conn.execute(stmt).rowcount
         actor = by or current_actor()
@@ -683,8 +689,8 @@ class QueueBase:
             cleared = 0
             while keys := self.dao.delete_kind_batch(conn, self.pkind):
                 now = self.now_ms()
-                self.recorder.write(conn, [
-                    self.recorder.event(self.pkind, EventKind.CLEARED, k, now, actor=actor)
+                recorder.write(conn, [
+                    recorder.event(self.pkind, EventKind.CLEARED, k, now, actor=actor)
                     for k in keys])
                 cleared += len(keys)
             return cleared
@@ -743,7 +749,8 @@ class QueueBase:
         """Delete the messages meeting ``where`` (conditions from the dialect); with history,
         each deletion's event (dropped, ``detail`` saying why) in the same transaction.
         Returns how many went."""
-        if self.recorder is None:
+        recorder = self.recorder
+        if recorder is None:
             stmt = sa.delete(self.dao.table).where(*where)
             return lambda conn: conn.execute(stmt).rowcount
         actor = by or current_actor()
@@ -751,9 +758,9 @@ class QueueBase:
         def op(conn: sa.Connection) -> int:
             keys = self.dao.delete_which(conn, *where)
             now = self.now_ms()
-            self.recorder.write(conn, [
-                self.recorder.event(self.pkind, EventKind.DROPPED, k, now, actor=actor,
-                                    detail=detail) for k in keys])
+            recorder.write(conn, [
+                recorder.event(self.pkind, EventKind.DROPPED, k, now, actor=actor,
+                               detail=detail) for k in keys])
             return len(keys)
 
         return op
@@ -950,7 +957,7 @@ def _check_priorities_and_groups(messages: Sequence[Message]) -> bool:
 
 
 def _rounds_in_lock_order(keys: Sequence[str],
-                          lock_order: Callable[[str], object]) -> list[array]:
+                          lock_order: Callable[[str], str | bytes]) -> list[array]:
     """The positions of ``keys`` in rounds in which each key occurs once (a key's n-th
     occurrence goes in round n, so a repeated key is applied in order), each round in lock
     order. A stable sort puts a key's occurrences side by side, in input order (``lock_order``
@@ -958,7 +965,7 @@ def _rounds_in_lock_order(keys: Sequence[str],
     rounds: list[array] = [array("q")]
     previous, repeat = None, 0
     order = list(map(lock_order, keys))
-    for i in sorted(range(len(keys)), key=order.__getitem__):
+    for i in sorted(range(len(keys)), key=lambda i: order[i]):
         key = keys[i]
         repeat = repeat + 1 if key == previous else 0
         previous = key

@@ -144,6 +144,7 @@ def wall_to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
     """The instant a naive wall time of ``tz`` stands for, by the rule in the module docstring."""
     before = wall.replace(tzinfo=tz, fold=0).utcoffset()
     after = wall.replace(tzinfo=tz, fold=1).utcoffset()
+    assert before is not None and after is not None  # an aware time has an offset
     if before >= after:  # an ordinary time, or a repeated one whose first pass fold=0 names
         return (wall - before).replace(tzinfo=UTC)
     # skipped: the clocks jump somewhere in (wall - after, wall - before]; find the first

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -37,6 +37,9 @@ from .dialects.common import chunked
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .messages import Envelope, Message, QueueStats
 from .worker_base import Rotation, is_outage
+
+if TYPE_CHECKING:
+    from .queue_base import QueueBase
 
 
 def shard_name(queue: Any) -> str:
@@ -88,7 +91,7 @@ class ShardedBase:
     """A queue spread over ``shards`` (a sequence of queues, named by ``shard_name``, or a
     mapping of names to queues); see the module docstring and ``AsyncShardedQueue``."""
 
-    queue_class: type = object  # the front end's queue class, set by each sharded class
+    queue_class: type[QueueBase]  # the front end's queue class, set by each sharded class
 
     def __init__(self, shards: Sequence[Any] | Mapping[str, Any], *,
                  previous: Sequence[Any] | Mapping[str, Any] | None = None,

@@ -128,11 +128,11 @@ class Task(TaskBase):
                    connection: Connection | None = None) -> list[TaskHandle]:
         """Defer many calls (each a mapping of keyword arguments) in one offer, one
         transaction: every call is checked before any is written. Handles in input order."""
-        calls = [((), dict(kwargs)) for kwargs in calls]
+        pairs = [((), dict(kwargs)) for kwargs in calls]
         at = self._due(at, delay)
         messages = [self.message(args, kwargs, at=at, key=None, replace=False,
-                                 priority=priority, group=group) for args, kwargs in calls]
-        return self._offer(messages, calls, connection)
+                                 priority=priority, group=group) for args, kwargs in pairs]
+        return self._offer(messages, pairs, connection)
 
     def handle(self, key: str) -> TaskHandle:
         """The handle of this task's message ``key`` (a key kept from an earlier defer)."""

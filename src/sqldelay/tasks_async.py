@@ -126,11 +126,11 @@ class AsyncTask(TaskBase):
                          connection: AsyncConnection | None = None) -> list[AsyncTaskHandle]:
         """Defer many calls (each a mapping of keyword arguments) in one offer, one
         transaction: every call is checked before any is written. Handles in input order."""
-        calls = [((), dict(kwargs)) for kwargs in calls]
+        pairs = [((), dict(kwargs)) for kwargs in calls]
         at = await self._due(at, delay)
         messages = [self.message(args, kwargs, at=at, key=None, replace=False,
-                                 priority=priority, group=group) for args, kwargs in calls]
-        return await self._offer(messages, calls, connection)
+                                 priority=priority, group=group) for args, kwargs in pairs]
+        return await self._offer(messages, pairs, connection)
 
     def handle(self, key: str) -> AsyncTaskHandle:
         """The handle of this task's message ``key`` (a key kept from an earlier defer)."""

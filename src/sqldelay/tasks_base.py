@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -41,6 +41,9 @@ from .messages import Envelope, Message, OfferOutcome
 from .queue_base import check_priority
 from .retry import RetryPolicy
 from .schema import KEY_LENGTH, dead_letter_table, results_table
+
+if TYPE_CHECKING:
+    from .queue_base import QueueBase
 
 log = logging.getLogger("sqldelay.tasks")
 
@@ -173,7 +176,8 @@ class TaskBase:
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
         self.__qualname__ = getattr(fn, "__qualname__", name)
-        self.__module__ = getattr(fn, "__module__", None)
+        # typeshed types __module__ str; a callable's may be None
+        self.__module__ = getattr(fn, "__module__", None)  # type: ignore[assignment]
         self.__wrapped__ = fn
 
     def __repr__(self) -> str:
@@ -256,7 +260,7 @@ class TasksBase:
     """The tasks deferred to ``queue`` (and to the queues some of them name): a registry by
     name, and the handler a worker runs them with."""
 
-    queue_class: type = object  # the front end's queue class, set by each registry class
+    queue_class: type[QueueBase]  # the front end's queue class, set by each registry class
     task_class: type = TaskBase
 
     def __init__(self, queue: Any, *, retry: RetryPolicy | None = None,
@@ -370,7 +374,8 @@ class TasksBase:
         if isinstance(error, UnknownTaskError | TaskArgumentsError | ResultError):
             return NO_RETRY
         payload = envelope.payload
-        task = self._tasks.get(payload.get("task")) if isinstance(payload, dict) else None
+        name = payload.get("task") if isinstance(payload, dict) else None
+        task = self._tasks.get(name) if isinstance(name, str) else None
         if task is None:
             return NO_RETRY
         return task.retry or self.retry

@@ -39,7 +39,7 @@ import random
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -50,6 +50,10 @@ from .errors import InvalidArgumentError
 from .history import check_actor
 from .listeners import Listeners, LoggingListener, WorkerListener
 from .retry import RetryPolicy
+
+if TYPE_CHECKING:  # the sharded module imports this one
+    from .queue_base import QueueBase
+    from .sharded_base import ShardedBase
 
 # the floor of an idle sleep when the earliest due message is already due but was not claimable
 # (another worker's transaction holds it): a short nap, not a busy loop
@@ -71,8 +75,8 @@ class WorkerBase:
     """Runs ``handler(envelope)`` (transactional mode: ``handler(envelope, connection)``) on
     every message of ``queue``; returning acks the message, raising retries it."""
 
-    queue_class: type = object  # the front end's queue class, set by each worker class
-    sharded_class: type | tuple = ()  # and its sharded queue class
+    queue_class: type[QueueBase]  # the front end's queue class, set by each worker class
+    sharded_class: type[ShardedBase]  # and its sharded queue class
 
     def __init__(self, queues: Any, handler: Callable[..., Any], *,
                  concurrency: int = 1, batch_size: int | None = None,
