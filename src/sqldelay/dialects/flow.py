@@ -281,6 +281,7 @@ class FlowControl:
             if rows and not self._charge(conn, pkind, len(rows), now_ms):
                 raise Raced()
             return rows
+        tokens: int | None = None  # a queue with groups alone has no bucket to charge
         if control.limits:
             # the settings row, locked, serializes this queue's claims: counts and tokens
             # cannot be spent twice by two consumers
@@ -288,7 +289,6 @@ class FlowControl:
             if locked is None or locked.paused:
                 return []
             control = locked
-            tokens: int | None = None
             if control.rate_limit is not None:
                 tokens = control.tokens_at(now_ms)
                 limit = min(limit, tokens // 1000)
