@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -88,7 +88,7 @@ async def run_blocking(fn: Callable[[], T]) -> T:
     return await asyncio.to_thread(fn)
 
 
-def run_to_end(fn: Callable[[], Awaitable[T]]) -> T:
+def run_to_end(fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run the coroutine function ``fn`` on a new event loop, where none runs yet (a
     forked process)."""
     return asyncio.run(fn())
@@ -140,7 +140,7 @@ class Spawned:
         await asyncio.wait({self._task}, timeout=timeout)
 
 
-def spawn(target: Callable[[], Awaitable[None]], name: str) -> Spawned:
+def spawn(target: Callable[[], Coroutine[Any, Any, None]], name: str) -> Spawned:
     return Spawned(asyncio.get_running_loop().create_task(target(), name=name))
 
 
@@ -188,7 +188,8 @@ def is_async_callable(handler: Any) -> bool:
         callable(handler) and inspect.iscoroutinefunction(type(handler).__call__))
 
 
-async def side_by_side(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | Exception]:
+async def side_by_side(calls: Sequence[Callable[[], Awaitable[T]]]
+                       ) -> list[T | BaseException]:
     """Run ``calls`` at the same time (a sharded queue writes its shards so); each one's
     result, or the exception it raised, in the order of ``calls``."""
     if len(calls) == 1:

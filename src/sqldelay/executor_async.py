@@ -67,7 +67,8 @@ class AsyncExecutor:
             retry=retry_if_exception(self._is_retryable),
             wait=wait_random_exponential(multiplier=0.005, max=max_backoff),
             stop=self._stop,
-            before_sleep=lambda state: log.debug("retrying after %s", state.outcome.exception()),
+            before_sleep=lambda state: log.debug("retrying after %s",
+                                                 state.outcome and state.outcome.exception()),
             reraise=True,
         )
 
@@ -137,7 +138,7 @@ class AsyncExecutor:
         return (isinstance(exc, sa.exc.DBAPIError)
                 and self.dao.classify(exc) is ErrorKind.TRANSIENT)
 
-    def _is_outage(self, exc: BaseException) -> bool:
+    def _is_outage(self, exc: BaseException | None) -> bool:
         """The connection was lost, or the database cannot be reached: the server is gone,
         restarting, or (``target_session_attrs=read-write``) no node is primary yet. A
         driver's OperationalError that carries no code of the server's never reached one;
@@ -155,6 +156,8 @@ class AsyncExecutor:
 
     def _stop(self, state: RetryCallState) -> bool:
         """Transient errors get ``attempts`` in all; an outage ``patience`` seconds."""
+        # asked after an attempt, whose outcome and time tenacity has then set
+        assert state.outcome is not None and state.seconds_since_start is not None
         if self._is_outage(state.outcome.exception()):
             return state.seconds_since_start >= _patience.get()
         return state.attempt_number >= self.attempts - 1

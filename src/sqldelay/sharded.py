@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -72,7 +72,7 @@ class ShardedQueue(ShardedBase):
                                                                 **kwargs))
                                 for name, q in shards.items()])
         for result in results:
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):  # a cancelled call's too
                 raise result
         return dict(zip(shards, results, strict=True))
 
@@ -136,7 +136,7 @@ class ShardedQueue(ShardedBase):
             if isinstance(result, ShardUnavailableError):
                 lost.append(result)
                 continue
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):  # a cancelled call's too
                 raise result
             self.offered(name)
             for i, outcome in zip(parts[name], result, strict=True):
@@ -152,7 +152,7 @@ class ShardedQueue(ShardedBase):
             raise ShardUnavailableError(
                 "; ".join(str(e) for e in lost) + f" ({sum(o is None for o in outcomes)} of "
                 f"{len(outcomes)} messages not offered)", first.shard, outcomes)
-        return outcomes
+        return cast(list[OfferOutcome], outcomes)  # every shard's part offered
 
     # ---- consuming -----------------------------------------------------------------------
 
@@ -391,7 +391,7 @@ class ShardedCronService(CronService):
         results = side_by_side([partial(self.sharded._on, name, call)
                                 for name, call in calls.items()])
         for result in results:
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):  # a cancelled call's too
                 raise result
         return dict(zip(calls, results, strict=True))
 
@@ -412,7 +412,7 @@ class ShardedCronService(CronService):
         for name, positions in parts.items():
             for i, outcome in zip(positions, results[name], strict=True):
                 outcomes[i] = outcome
-        return outcomes
+        return cast(list[OfferOutcome], outcomes)  # every slot filled by its shard
 
     def uninstall_tick(self, config_hash: str, prefix: str) -> int:
         """Delete configuration ``config_hash``'s stored ticks on every shard but those a

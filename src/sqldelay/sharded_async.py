@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -70,7 +70,7 @@ class AsyncShardedQueue(ShardedBase):
                                                                       **kwargs))
                                       for name, q in shards.items()])
         for result in results:
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):  # a cancelled call's too
                 raise result
         return dict(zip(shards, results, strict=True))
 
@@ -134,7 +134,7 @@ class AsyncShardedQueue(ShardedBase):
             if isinstance(result, ShardUnavailableError):
                 lost.append(result)
                 continue
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):  # a cancelled call's too
                 raise result
             self.offered(name)
             for i, outcome in zip(parts[name], result, strict=True):
@@ -150,7 +150,7 @@ class AsyncShardedQueue(ShardedBase):
             raise ShardUnavailableError(
                 "; ".join(str(e) for e in lost) + f" ({sum(o is None for o in outcomes)} of "
                 f"{len(outcomes)} messages not offered)", first.shard, outcomes)
-        return outcomes
+        return cast(list[OfferOutcome], outcomes)  # every shard's part offered
 
     # ---- consuming -----------------------------------------------------------------------
 
@@ -389,7 +389,7 @@ class AsyncShardedCronService(AsyncCronService):
         results = await side_by_side([partial(self.sharded._on, name, call)
                                       for name, call in calls.items()])
         for result in results:
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):  # a cancelled call's too
                 raise result
         return dict(zip(calls, results, strict=True))
 
@@ -410,7 +410,7 @@ class AsyncShardedCronService(AsyncCronService):
         for name, positions in parts.items():
             for i, outcome in zip(positions, results[name], strict=True):
                 outcomes[i] = outcome
-        return outcomes
+        return cast(list[OfferOutcome], outcomes)  # every slot filled by its shard
 
     async def uninstall_tick(self, config_hash: str, prefix: str) -> int:
         """Delete configuration ``config_hash``'s stored ticks on every shard but those a

@@ -194,7 +194,7 @@ class ShardedBase:
         return out
 
     def shard(self, name: str) -> Any:
-        return self.shards[name] if name in self.shards else self.previous[name]
+        return self.shards[name] if name in self.shards else (self.previous or {})[name]
 
     def shard_of(self, envelope: Envelope) -> str:
         """The name of the shard ``envelope`` was claimed from."""
@@ -290,12 +290,12 @@ def in_flight(row: Any, now_ms: int) -> bool:
     return row.lock_uuid is not None and row.scheduled_at > now_ms
 
 
-def scan_op(queue: Any, after_id: int, limit: int) -> Callable[[sa.Connection], list]:
+def scan_op(queue: Any, after_id: int, limit: int) -> Callable[[sa.Connection], Sequence[sa.Row]]:
     """Lock and read the next ``limit`` messages of ``queue`` after id ``after_id``, whole
     rows in id order (the reshard's read of its source shard)."""
     t = queue.dao.table
 
-    def op(conn: sa.Connection) -> list:
+    def op(conn: sa.Connection) -> Sequence[sa.Row]:
         return conn.execute(queue.dao.lock_rows(
             sa.select(t).where(t.c.pkind == queue.pkind, t.c.id > after_id).order_by(t.c.id)
             .limit(limit), t, skip=False)).all()
@@ -315,7 +315,7 @@ def copy_op(queue: Any, rows: Sequence[Any]) -> Callable[[sa.Connection], int]:
 
     def op(conn: sa.Connection) -> int:
         keys = [r.pkey for r in rows]
-        there = set()
+        there: set[str] = set()
         for start in range(0, len(keys), dao.in_list_max):
             there.update(conn.scalars(sa.select(t.c.pkey).where(
                 t.c.pkind == queue.pkind, t.c.pkey.in_(keys[start:start + dao.in_list_max]))))
@@ -365,6 +365,7 @@ def count_op(queue: Any) -> Callable[[sa.Connection], int]:
     t = queue.dao.table
 
     def op(conn: sa.Connection) -> int:
-        return conn.scalar(sa.select(sa.func.count()).where(t.c.pkind == queue.pkind))
+        return conn.execute(sa.select(sa.func.count()).where(t.c.pkind == queue.pkind)
+                            ).scalar_one()
 
     return op

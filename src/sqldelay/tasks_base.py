@@ -395,6 +395,7 @@ class TasksBase:
             ) from exc
         payload = queue.serializer.encode(envelope.payload)
         table = results_table(queue.dao.table.metadata, queue.dao.table.name)
+        assert task.retention is not None  # called for a task that keeps its results
         retention = duration_ms(task.retention, "results")
         created = _ms(envelope.created_at)
 

@@ -21,7 +21,6 @@ from typing import Any
 from tenacity import (
     retry_if_exception,
     stop_after_delay,
-    stop_when_event_set,
     wait_random_exponential,
 )
 
@@ -625,6 +624,7 @@ class Worker(WorkerBase):
         """Renew every message the worker holds, until its ack is sent, every ``heartbeat``
         from the start of the last beat (a slow beat does not push the next one back): one
         statement per queue and claim batch."""
+        assert self.heartbeat is not None  # the loop runs only with a heartbeat
         interval = self.heartbeat.total_seconds()
         beat = time.monotonic()
         while not wait_event(self._stop, max(0.0, beat + interval - time.monotonic())):
@@ -659,6 +659,7 @@ class Worker(WorkerBase):
     def _prune_loop(self) -> None:
         """Prune the history of the queues kept for a retention, now and every
         ``prune_every``, in bounded batches."""
+        assert self.prune_every is not None  # the loop runs only then (``pruned_queues``)
         while True:
             for queue in self.pruned_queues():
                 try:
@@ -687,10 +688,15 @@ class Worker(WorkerBase):
         event = self._stop if until is None else until
         if event.is_set():
             return None
+
+        def pause(seconds: float) -> None:  # woken by the event
+            wait_event(event, seconds)
+
+        # stop once the event is set (tenacity's stop_when_event_set takes a threading.Event)
         retrying = Retrying(
             retry=retry_if_exception(self.is_outage),
             wait=wait_random_exponential(multiplier=0.05, max=MAX_BACKOFF),
-            stop=stop_when_event_set(event), sleep=partial(wait_event, event), reraise=True,
+            stop=lambda state: event.is_set(), sleep=pause, reraise=True,
             before_sleep=self._outage)
         def attempt() -> Any:  # a plain def, so the retrying returns what fn returns
             return fn()

@@ -19,7 +19,6 @@ from typing import Any
 from tenacity import (
     retry_if_exception,
     stop_after_delay,
-    stop_when_event_set,
     wait_random_exponential,
 )
 
@@ -623,6 +622,7 @@ class AsyncWorker(WorkerBase):
         """Renew every message the worker holds, until its ack is sent, every ``heartbeat``
         from the start of the last beat (a slow beat does not push the next one back): one
         statement per queue and claim batch."""
+        assert self.heartbeat is not None  # the loop runs only with a heartbeat
         interval = self.heartbeat.total_seconds()
         beat = time.monotonic()
         while not await wait_event(self._stop, max(0.0, beat + interval - time.monotonic())):
@@ -657,6 +657,7 @@ class AsyncWorker(WorkerBase):
     async def _prune_loop(self) -> None:
         """Prune the history of the queues kept for a retention, now and every
         ``prune_every``, in bounded batches."""
+        assert self.prune_every is not None  # the loop runs only then (``pruned_queues``)
         while True:
             for queue in self.pruned_queues():
                 try:
@@ -685,10 +686,15 @@ class AsyncWorker(WorkerBase):
         event = self._stop if until is None else until
         if event.is_set():
             return None
+
+        async def pause(seconds: float) -> None:  # woken by the event
+            await wait_event(event, seconds)
+
+        # stop once the event is set (tenacity's stop_when_event_set takes a threading.Event)
         retrying = AsyncRetrying(
             retry=retry_if_exception(self.is_outage),
             wait=wait_random_exponential(multiplier=0.05, max=MAX_BACKOFF),
-            stop=stop_when_event_set(event), sleep=partial(wait_event, event), reraise=True,
+            stop=lambda state: event.is_set(), sleep=pause, reraise=True,
             before_sleep=self._outage)
         async def attempt() -> Any:  # an async def, so the retrying awaits what fn returns
             return await fn()
