@@ -58,6 +58,8 @@ class QueuedMessage:
     # when it may next be claimed: its due time, later while a retry waits, and the lock's
     # expiry while in flight (scheduled_at stays the time its producer asked for)
     next_due: datetime | None = None
+    # the producer's trace context, kept by a queue whose tracer stores one (otel.py)
+    trace_context: str | None = None
     # why the stored row cannot be read (written by hand or by another client): its payload
     # is then None and a time past the years 1-9999 shows as the nearest it can be; a worker
     # that claims it moves it to the dead letters

@@ -833,7 +833,7 @@ def queued_message(row, serializer: Serializer, now_ms: int) -> QueuedMessage:
         group=row.group_key, enqueued_by=row.enqueued_by,
         claimed_by=row.claimed_by if in_flight else None,
         locked_until=next_due if in_flight else None, next_due=next_due,
-        unreadable=unreadable)
+        trace_context=row.trace_context, unreadable=unreadable)
 
 
 def _unreadable(exc: Exception) -> str:

@@ -805,8 +805,6 @@ def test_a_message_shows_every_field(http, engine, table_name):
     assert env.trace_context == StoringTracer.CONTEXT
 
 
-@pytest.mark.xfail(strict=True, reason="QueuedMessage (DelayedQueue.get) does not carry the "
-                   "stored trace context yet; the service shows it once it does")
 def test_a_message_shows_its_trace_context(http, engine, table_name):
     q = DelayedQueue(engine, unique_name("web"), table_name=table_name,
                      tracer=StoringTracer())

@@ -429,7 +429,7 @@ def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict:
            "locked_until": _iso(m.locked_until), "claimed_by": m.claimed_by,
            "enqueued_by": m.enqueued_by,
            # QueuedMessage does not carry the stored trace context yet (null until it does)
-           "trace_context": getattr(m, "trace_context", None)}
+           "trace_context": m.trace_context}
     if m.unreadable is not None:  # stored by hand or by another client: shown, not a 500
         out["unreadable"] = m.unreadable
     return out
