@@ -220,8 +220,9 @@ def hash_config(schedule: Schedule, payload: bytes | None, version: str = "",
     makes each tick's payload), ``version`` and a priority other than 0 (so the hashes of
     schedules from before priorities existed stay what they were): equal in every process
     and Python run."""
-    definition = {"schedule": schedule.definition(),
-                  "payload": None if payload is None else payload.hex(), "version": version}
+    definition: dict[str, object] = {
+        "schedule": schedule.definition(),
+        "payload": None if payload is None else payload.hex(), "version": version}
     if priority:
         definition["priority"] = priority
     text = json.dumps(definition, sort_keys=True)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import builtins  # ``list`` in the class is its method
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -48,7 +49,7 @@ class DeadLetters(DeadLettersBase):
         return self.executor.run(self.count_op(queue), write=False, connection=connection)
 
     def ids(self, queue: str | None = None, *,
-            connection: Connection | None = None) -> list[int]:
+            connection: Connection | None = None) -> builtins.list[int]:
         """Every dead letter id, of one queue name or of all (for "requeue/drop them all")."""
         return self.executor.run(self.ids_op(queue), write=False, connection=connection)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins  # ``list`` in the class is its method
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -46,7 +47,7 @@ class AsyncDeadLetters(DeadLettersBase):
         return await self.executor.run(self.count_op(queue), write=False, connection=connection)
 
     async def ids(self, queue: str | None = None, *,
-                  connection: AsyncConnection | None = None) -> list[int]:
+                  connection: AsyncConnection | None = None) -> builtins.list[int]:
         """Every dead letter id, of one queue name or of all (for "requeue/drop them all")."""
         return await self.executor.run(self.ids_op(queue), write=False, connection=connection)
 

@@ -118,7 +118,7 @@ class DeadLettersBase:
 
     def count_op(self, queue: str | None) -> Op:
         stmt = self._where_queue(sa.select(sa.func.count()).select_from(self.table), queue)
-        return lambda conn: int(conn.execute(stmt).scalar())
+        return lambda conn: int(conn.execute(stmt).scalar_one())
 
     def ids_op(self, queue: str | None) -> Op:
         """Every dead letter id, of one queue name or of all (for "requeue/drop them all")."""

@@ -249,8 +249,10 @@ def _keeps_partial(op) -> bool:
     return op.get_context().dialect.name in _partial_dialects()
 
 
-def _made_on(ddl, target: sa.Index, bind, dialect: sa.Dialect | None = None, **kw) -> bool:
-    """``ddl_if``'s test: whether ``target`` is made on ``dialect``'s database."""
+def _made_on(ddl, target: sa.schema.SchemaItem | str, bind, tables=None, state=None, *,
+             dialect: sa.Dialect | None = None, **kw) -> bool:
+    """``ddl_if``'s test: whether ``target`` (an index) is made on ``dialect``'s database."""
+    assert isinstance(target, sa.Index)  # given to indexes alone
     return index_made_on(target, dialect if dialect is not None else bind.dialect)
 
 
@@ -272,7 +274,7 @@ def _create_index(op, table: str, ix: _Index) -> None:
 
 def _elements(columns: tuple[str, ...], table: sa.Table | None = None) -> list:
     """Index elements: column names (Alembic) or columns (a Table), descending where asked."""
-    out = []
+    out: list[str | sa.TextClause | sa.ColumnElement] = []
     for column in columns:
         name, _, order = column.partition(" ")
         if table is None:

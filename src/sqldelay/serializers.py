@@ -106,8 +106,8 @@ class StrSerializer:
 
 
 # the built-in serializers by type name, as the CLI and the Spark integration name them
-SERIALIZERS: dict[str, type] = {cls.type_name: cls
-                                for cls in (JsonSerializer, StrSerializer, BytesSerializer)}
+SERIALIZERS: dict[str, type[Serializer]] = {
+    cls.type_name: cls for cls in (JsonSerializer, StrSerializer, BytesSerializer)}
 
 
 def encode_payload(serializer: Serializer, payload: Any) -> bytes:

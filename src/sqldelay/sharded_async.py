@@ -307,7 +307,7 @@ class AsyncShardedQueue(ShardedBase):
         return total
 
     async def reshard(self, *, batch: int = 500,
-                      progress: Callable[[int], None] | None = None) -> ReshardReport:
+                      progress: Callable[[int], object] | None = None) -> ReshardReport:
         """Move every message of the ``previous`` shards whose shard changed to its shard now,
         ``batch`` at a time: each batch is locked on its old shard, copied to the new ones
         (a key already there is not overwritten: that copy is newer) and deleted from the old

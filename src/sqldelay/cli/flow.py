@@ -130,7 +130,7 @@ def run_limit(args: argparse.Namespace) -> int:
         if rate_limit is not None:
             queue.set_rate_limit(*((None,) if rate_limit == LIFT else rate_limit))
         if cap is not None:
-            queue.set_concurrency_limit(None if cap == LIFT else cap)
+            queue.set_concurrency_limit(None if isinstance(cap, str) else cap)  # str: LIFT
         control = queue.flow_control()
     if args.json:
         print_json(as_json(control))
@@ -162,6 +162,7 @@ def limits_text(control: FlowControl) -> str:
 
 def rate_text(control: FlowControl) -> str:
     """``10/s``, ``100/5m``, ``3/250ms``: the rate limit as --rate takes it."""
+    assert control.rate_period is not None  # set with the rate limit
     ms = round(control.rate_period.total_seconds() * 1000)
     unit, size = next((unit, size) for unit, size in _PERIOD_UNITS if ms % size == 0)
     count = ms // size

@@ -38,6 +38,7 @@ def run_history(args: argparse.Namespace) -> int:
         try:
             events = queue.history(args.key)
         except SchemaMissingError:
+            assert queue.recorder is not None  # the queue keeps history: it read the table
             raise CliError(
                 f"no history table {queue.recorder.table.name!r}: make it with "
                 f"sqldelay migrate --history (or create_schema(engine, history=True))"

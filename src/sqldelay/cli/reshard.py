@@ -62,7 +62,7 @@ def run_reshard(args: argparse.Namespace) -> int:
             queues.append(DelayedQueue(engine, args.queue, table_name=args.table,
                                        serializer=SERIALIZERS[args.serializer]()))
         if all(named) and named:
-            names = [m["name"] for m in named]
+            names = [m["name"] for m in named if m]
             if len(set(names)) != len(names):
                 raise CliError("two shards share a name")
             return dict(zip(names, queues, strict=True))

@@ -5,6 +5,7 @@ each finding; exits 1 when there is a problem to fix (advice alone exits 0)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -58,9 +59,9 @@ def findings(conn: sa.Connection, table_name: str,
                 out.append((PROBLEM, table.name, f"missing: run {migrate}"))
                 continue
             present = {ix["name"] for ix in inspector.get_indexes(table.name)}
-            for index in sorted(table.indexes, key=lambda ix: ix.name):
+            for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
                 if index.name not in present and index_made_on(index, conn.dialect):
-                    out.append((PROBLEM, index.name,
+                    out.append((PROBLEM, str(index.name),
                                 f"index missing on {table.name} ({_columns(index)}): the "
                                 f"reads it serves scan the table instead; run {migrate}"))
         if all(level == OK for level, _, _ in out):
@@ -73,8 +74,9 @@ def findings(conn: sa.Connection, table_name: str,
 
 def _columns(index: sa.Index) -> str:
     """The index's columns, and the condition of a partial one."""
+    expressions: list[Any] = list(index.expressions)  # a column, or one descending
     columns = ", ".join(e.name if isinstance(e, sa.Column) else f"{e.element.name} DESC"
-                        for e in index.expressions)  # a column, or one descending
+                        for e in expressions)
     where = index_condition(index)
     return columns if where is None else f"{columns} WHERE {where}"
 

@@ -294,6 +294,7 @@ class DjangoTasks(Tasks):
                     found = self.task(partial(_run, self.backend, name), name=name,
                                       context=True)
                     found.signature = _signature(django_task)
+        assert isinstance(found, Task)  # the registry makes its tasks so
         return found
 
     def decode(self, envelope: Envelope):

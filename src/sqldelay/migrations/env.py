@@ -37,7 +37,7 @@ if given is not None:
     with context.begin_transaction():
         context.run_migrations()
 else:
-    url = x_args.get("url") or os.environ.get("SQLDELAY_URL")
+    url: str | sa.URL | None = x_args.get("url") or os.environ.get("SQLDELAY_URL")
     if not url:
         raise SystemExit("no database URL: pass -x url=DIALECT+DRIVER://… or set SQLDELAY_URL")
     if context.is_offline_mode():

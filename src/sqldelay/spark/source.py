@@ -30,11 +30,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from pyspark.sql import datasource
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
@@ -59,10 +60,8 @@ from ._offer import (
     shard_urls,
 )
 
-try:  # pyspark >= 4.1
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter
-except ImportError:  # pragma: no cover - pyspark 4.0
-    DataSourceStreamArrowWriter = None
+# the streaming sink takes Arrow batches from pyspark 4.1 on, rows on pyspark 4.0
+ARROW_STREAM = hasattr(datasource, "DataSourceStreamArrowWriter")
 
 log = logging.getLogger("sqldelay.spark")
 
@@ -239,7 +238,7 @@ class SqlDelayDataSource(DataSource):
         config = write_config(self.options, schema)
         check_table(config.url, config.table_name)
         report_path = self.options.get("report_path")
-        if DataSourceStreamArrowWriter is not None:
+        if ARROW_STREAM:
             return SqlDelayStreamArrowWriter(config, report_path)
         return SqlDelayStreamRowWriter(config, report_path)  # pragma: no cover - pyspark 4.0
 
@@ -285,7 +284,8 @@ class _StreamCommit:
                     batchId)
 
 
-if DataSourceStreamArrowWriter is not None:
+if ARROW_STREAM:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
     class SqlDelayStreamArrowWriter(_StreamCommit, DataSourceStreamArrowWriter):
         """Streaming sink: every micro-batch is offered like a batch write, chunk by chunk."""
@@ -388,7 +388,8 @@ class SqlDelayReader(DataSourceReader):
         step = -(-(high - low) // n)
         return [IdRange(s, min(s + step, high)) for s in range(low, high, step)]
 
-    def read(self, partition: IdRange) -> Iterator[Any]:
+    # Spark hands back the partitions this reader made, which the base class types as any
+    def read(self, partition: IdRange) -> Iterator[Any]:  # type: ignore[override]
         if partition.low >= partition.high or not self.pkinds:
             return
         import pyarrow as pa
@@ -418,7 +419,7 @@ class SqlDelayReader(DataSourceReader):
             engine.dispose()
 
 
-def _page_batch(pa: Any, schema: Any, rows: list[Any], now: int) -> Any:
+def _page_batch(pa: Any, schema: Any, rows: Sequence[Any], now: int) -> Any:
     queue, serializer, due, in_flight, locked = [], [], [], [], []
     for r in rows:
         q, _, s = r.pkind.rpartition("|")
