@@ -106,7 +106,7 @@ async def _push(port: int, token: str, round_no: int, batch: int, count: int,
                     path = queue
                     body = {"messages": [{"key": f"r{round_no}-{b}-{j}", "payload": PAYLOAD}
                                          for j in range(batch)]}
-                    method, expected = "POST", 200
+                    method, expected = "POST", 201  # created: the keys are new
                 data = json.dumps(body).encode()
                 writer.write(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}"
                              f"Content-Type: application/json\r\n"
