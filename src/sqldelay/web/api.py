@@ -49,7 +49,7 @@ class Service:
     limits of a request."""
 
     def __init__(self, engine: Any, *, table_name: str, history: Any, max_body: int,
-                 max_batch: int, actor: str) -> None:
+                 max_batch: int, actor: str | None) -> None:
         self.engine = engine
         self.table_name = table_name
         self.history = history
@@ -163,6 +163,7 @@ class Service:
         try:
             events = await queue.history(key)
         except SchemaMissingError:
+            assert queue.recorder is not None  # the queue keeps history: it read the table
             table = queue.recorder.table.name
             raise ApiError(404, "no_history", f"the queue table keeps no history: there is "
                            f"no table {table!r} (create_schema(engine, history=True), or "
@@ -421,6 +422,7 @@ def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict:
     if m.in_flight:
         state = "in_flight"
     else:
+        assert m.next_due is not None  # set on every message read from the table
         state = "due" if m.next_due <= now else "scheduled"
     out = {"queue": queue, "key": m.key, "state": state, "payload": m.payload,
            "due_at": _iso(m.next_due), "scheduled_at": _iso(m.scheduled_at),

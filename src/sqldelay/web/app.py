@@ -5,6 +5,7 @@ application of one's own."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -84,19 +85,19 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
 
     routes = [*service.routes(), Route("/v1/openapi.json", openapi, methods=["GET"]),
               *dashboard.routes()]
+    # by exception class: Starlette types each handler as taking any Exception
+    handlers: dict[Any, Callable[..., Any]] = {
+        ApiError: _api_error, HTTPException: _http_error, SchemaMissingError: _schema_missing,
+        sa.exc.DBAPIError: _database_error, sa.exc.TimeoutError: _pool_timeout,
+        # some async drivers let a refused connection out as it is
+        OSError: _database_error}
     app = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(StrictUtf8),
                                 Middleware(BodyDeadline,
                                            seconds=body_timeout.total_seconds()),
                                 Middleware(AuthMiddleware, tokens=tokens,
                                            sessions=sessions, throttle=throttle)],
-                    exception_handlers={ApiError: _api_error, HTTPException: _http_error,
-                                        SchemaMissingError: _schema_missing,
-                                        sa.exc.DBAPIError: _database_error,
-                                        sa.exc.TimeoutError: _pool_timeout,
-                                        # some async drivers let a refused connection out
-                                        # as it is
-                                        OSError: _database_error})
+                    exception_handlers=handlers)
     app.state.service = service
     app.state.tokens = tokens
     app.state.sessions = sessions
