@@ -21,6 +21,8 @@ import time
 import urllib.error
 import urllib.request
 
+import sqlalchemy as sa
+
 from .servers import ServerMissing, free_port
 
 
@@ -43,6 +45,34 @@ def _end(pid: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
     except ProcessLookupError:
         return
     _wait(lambda: not _alive(pid), timeout, f"process {pid} to end")
+
+
+def _end_all_under(directory: str) -> None:
+    """End every process whose command line names ``directory`` (the cluster's own temporary
+    directory, so only processes started for it): a postmaster that its Patroni was starting
+    as it was killed, a state transfer's rsync. Each by its id, until none is left."""
+    def started_here() -> list[int]:
+        pids = []
+        for entry in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(entry, "rb") as f:
+                    command = f.read()
+            except OSError:
+                continue
+            pid = int(entry.split("/")[2])
+            if directory.encode() in command and pid != os.getpid() and _alive(pid):
+                pids.append(pid)
+        return pids
+
+    def ended() -> bool:
+        for pid in started_here():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return not started_here()
+
+    _wait(ended, 30, f"the processes of {directory} to end")
 
 
 def _alive(pid: int) -> bool:
@@ -276,6 +306,120 @@ class PatroniCluster:
                     _end(pid, signal.SIGQUIT)
             if self.etcd is not None:
                 self.etcd.stop()
+            _end_all_under(self.dir)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
+
+
+class GaleraCluster:
+    """``size`` MariaDB servers replicating each other synchronously through Galera (the
+    ``galera-4`` provider): every node takes writes, a transaction that conflicts with one
+    committed on another node fails certification at commit (reported as a deadlock, 1213).
+    The first node founds the cluster; the others join by state transfer (rsync). Debian's
+    rsync transfer, run as root, writes as the user nobody: the joiners' data directories are
+    given to it. A killed node is not restarted."""
+
+    PROVIDER = "/usr/lib/galera/libgalera_smm.so"
+
+    def __init__(self, size: int = 3) -> None:
+        install, self.server = shutil.which("mariadb-install-db"), shutil.which("mariadbd")
+        if not install or not self.server:
+            raise ServerMissing("mariadb-install-db / mariadbd are not installed")
+        if not os.path.exists(self.PROVIDER):
+            raise ServerMissing(f"no Galera provider at {self.PROVIDER} (Debian package "
+                                "galera-4)")
+        self.dir = tempfile.mkdtemp(prefix="sqldelay-galera-")
+        self.names = [f"g{i}" for i in range(size)]
+        self.ports = {name: free_port() for name in self.names}
+        self.gcomm = {name: free_port() for name in self.names}
+        self.user = ["--user=root"] if os.geteuid() == 0 else []
+        self.procs: dict[str, subprocess.Popen] = {}
+        try:
+            subprocess.run([install, "--no-defaults", f"--datadir={self.dir}/g0/data",
+                            *self.user, "--auth-root-authentication-method=normal",
+                            "--skip-test-db", "--skip-name-resolve"],
+                           check=True, capture_output=True)
+            os.chmod(self.dir, 0o755)
+            for name in self.names[1:]:
+                os.makedirs(f"{self.dir}/{name}/data")
+                os.chmod(f"{self.dir}/{name}", 0o755)
+                if os.geteuid() == 0:
+                    shutil.chown(f"{self.dir}/{name}/data", "nobody")
+            for name in self.names:
+                self.start(name, bootstrap=name == self.names[0])
+                if name == self.names[0]:
+                    with sa.create_engine(self.url(name).replace("/test", "/"),
+                                          poolclass=sa.pool.NullPool).connect() as conn:
+                        conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
+        except BaseException:
+            self.destroy()
+            raise
+
+    def url(self, name: str, driver: str = "pymysql") -> str:
+        return f"mysql+{driver}://root@127.0.0.1:{self.ports[name]}/test"
+
+    def status(self, name: str) -> dict[str, str]:
+        """The node's wsrep status variables ({} when it cannot be reached)."""
+        engine = sa.create_engine(self.url(name).replace("/test", "/"),
+                                  poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                return dict(conn.execute(sa.text("SHOW GLOBAL STATUS LIKE 'wsrep%'")).all())
+        except sa.exc.DBAPIError:
+            return {}
+        finally:
+            engine.dispose()
+
+    def synced(self, name: str, size: int) -> bool:
+        got = self.status(name)
+        return (got.get("wsrep_local_state_comment") == "Synced"
+                and got.get("wsrep_cluster_size") == str(size)
+                and got.get("wsrep_ready") == "ON")
+
+    def start(self, name: str, *, bootstrap: bool = False) -> None:
+        """Start node ``name`` (the first, ``bootstrap``, founds the cluster) and wait until
+        it is synced with the nodes running."""
+        address = ",".join(f"127.0.0.1:{self.gcomm[n]}" for n in self.names)
+        with open(f"{self.dir}/{name}.out", "wb") as out:
+            self.procs[name] = subprocess.Popen(
+                [self.server, "--no-defaults", f"--datadir={self.dir}/{name}/data", *self.user,
+                 f"--socket={self.dir}/{name}.sock", f"--port={self.ports[name]}",
+                 "--bind-address=127.0.0.1", f"--pid-file={self.dir}/{name}.pid",
+                 f"--log-error={self.dir}/{name}.log", "--skip-log-bin",
+                 "--innodb-buffer-pool-size=32M", "--innodb-flush-log-at-trx-commit=2",
+                 "--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
+                 "--wsrep-on=ON", f"--wsrep-provider={self.PROVIDER}",
+                 "--wsrep-cluster-name=sqldelay", f"--wsrep-node-name={name}",
+                 f"--wsrep-cluster-address=gcomm://{address}",
+                 f"--wsrep-node-address=127.0.0.1:{self.gcomm[name]}",
+                 f"--wsrep-node-incoming-address=127.0.0.1:{self.ports[name]}",
+                 "--wsrep-provider-options="
+                 f"gmcast.listen_addr=tcp://127.0.0.1:{self.gcomm[name]};"
+                 f"ist.recv_addr=127.0.0.1:{free_port()};gcache.size=32M",
+                 f"--wsrep-sst-receive-address=127.0.0.1:{free_port()}",
+                 "--wsrep-sst-method=rsync", *(["--wsrep-new-cluster"] if bootstrap else [])],
+                stdout=out, stderr=subprocess.STDOUT)
+        running = sum(1 for n in self.names if n in self.procs and self.alive(n))
+        _wait(lambda: self.synced(name, running) or not self.alive(name), 120,
+              f"Galera node {name} to join (its log: {self.dir}/{name}.log)")
+        if not self.alive(name):
+            raise RuntimeError(f"Galera node {name} stopped: see {self.dir}/{name}.log")
+
+    def alive(self, name: str) -> bool:
+        return name in self.procs and self.procs[name].poll() is None
+
+    def kill(self, name: str) -> None:
+        """SIGKILL node ``name``: the others keep a majority and go on."""
+        self.procs[name].kill()
+        self.procs[name].wait()
+
+    def destroy(self) -> None:
+        try:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            _end_all_under(self.dir)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)

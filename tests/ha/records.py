@@ -9,6 +9,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from sqldelay import DelayedQueue
+
+from ..fronts import unwrap
+
 
 @dataclass
 class Records:
@@ -72,6 +76,32 @@ class Records:
                      for t, by in runs if t > after and who in (None, by)]
         return min(times, default=None)
 
+    def first_handled_by(self, who: str, after: float) -> float | None:
+        with self.lock:
+            times = [t for runs in self.handled.values() for t, by in runs
+                     if by == who and t > after]
+        return min(times, default=None)
+
     def offers_after(self, moment: float) -> int:
         with self.lock:
             return sum(1 for t in self.offered.values() if t > moment)
+
+
+def record_acks(queue, records: Records) -> None:
+    """Write down the keys of every ack call of ``queue`` (of either front end) that returned
+    having deleted every message it was given."""
+    inner = unwrap(queue)
+    ack_many = inner.ack_many
+    if isinstance(queue, DelayedQueue):
+        def recorded(envelopes, **kwargs):
+            done = ack_many(envelopes, **kwargs)
+            if done == len(envelopes):
+                records.ack_returned([e.key for e in envelopes])
+            return done
+    else:
+        async def recorded(envelopes, **kwargs):
+            done = await ack_many(envelopes, **kwargs)
+            if done == len(envelopes):
+                records.ack_returned([e.key for e in envelopes])
+            return done
+    inner.ack_many = recorded

@@ -26,9 +26,9 @@ from sqldelay import DelayedQueue, Message, Worker, create_schema
 from sqldelay.executor import patience
 from tools import ha, servers
 
-from ..fronts import AsyncFront, unwrap
+from ..fronts import AsyncFront
 from ..helpers import in_thread, wait_for
-from .records import Records
+from .records import Records, record_acks
 
 pytestmark = pytest.mark.ha
 
@@ -50,26 +50,6 @@ def cluster():
         yield made
     finally:
         made.destroy()
-
-
-def _record_acks(queue, records: Records) -> None:
-    """Write down the keys of every ack call of ``queue`` (of either front end) that returned
-    having deleted every message it was given."""
-    inner = unwrap(queue)
-    ack_many = inner.ack_many
-    if isinstance(queue, DelayedQueue):
-        def recorded(envelopes, **kwargs):
-            done = ack_many(envelopes, **kwargs)
-            if done == len(envelopes):
-                records.ack_returned([e.key for e in envelopes])
-            return done
-    else:
-        async def recorded(envelopes, **kwargs):
-            done = await ack_many(envelopes, **kwargs)
-            if done == len(envelopes):
-                records.ack_returned([e.key for e in envelopes])
-            return done
-    inner.ack_many = recorded
 
 
 class Producers:
@@ -178,7 +158,7 @@ def test_a_failover_loses_no_acknowledged_offer_or_ack(cluster, failure, capsys)
         async_q = front.queue("ha-async", acquire_timeout=ACQUIRE)
         producers_q = [sync_q, DelayedQueue(engine, "ha-async", acquire_timeout=ACQUIRE)]
         for q in (sync_q, async_q):
-            _record_acks(q, records)
+            record_acks(q, records)
         workers = [Worker(sync_q, lambda e: records.handle(e.key, "Worker"), concurrency=4,
                           batch_size=20, idle_poll=IDLE_POLL),
                    front.worker(async_q, lambda e: records.handle(e.key, "AsyncWorker"),
