@@ -399,7 +399,7 @@ class FlowControl:
         # busy probe finds no group for a message without one), read without locks: each
         # group once, with whether it has a row yet
         walk = walk_length(limit)
-        rows = conn.execute(self._walk, {"b_kind": pkind, "b_now": now_ms,
+        rows = conn.execute(self._walk_statement, {"b_kind": pkind, "b_now": now_ms,
                                          "walk": walk}).all()
         groups: dict[str, bool] = {}
         ungrouped = 0
@@ -420,7 +420,7 @@ class FlowControl:
         return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor)
 
     @functools.cached_property
-    def _walk(self) -> sa.Select:
+    def _walk_statement(self) -> sa.Select:
         """The grouped claim's first read (parameters b_kind, b_now and walk, how many)."""
         t = self.table
         # whether the group has a row, as 1 or 0: SQL Server and Oracle before 23ai take no

@@ -442,7 +442,7 @@ class PostgresQueueDao(QueueDao):
         the claim's planner settings. Where the second finds groups the first locked busy,
         and so takes fewer than ``limit``, both run once more (``again``) for the rest."""
         walk = walk_length(limit)
-        names, won, seen, loose_seen, isolation = self._walked(conn, gated, own_transaction, {
+        names, won, seen, loose_seen, isolation = self._walk(conn, gated, own_transaction, {
             "b_kind": pkind, "b_now": now_ms, "limit": limit, "walk": walk,
             "space": f"{self.table.name}\x1f{pkind}\x1f"})
         if isolation != "read committed":
@@ -471,7 +471,7 @@ class PostgresQueueDao(QueueDao):
                                     actor, own_transaction, gated=gated, again=False)
         return in_claim_order(rows)
 
-    def _walked(self, conn: sa.Connection, gated: bool, own_transaction: bool,
+    def _walk(self, conn: sa.Connection, gated: bool, own_transaction: bool,
               params: dict) -> tuple:
         """The grouped claim's first statement's row (``_win_groups``) without the settings
         it set: the names of the groups locked (``group_names``' text, None for none), how
