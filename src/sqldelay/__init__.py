@@ -20,6 +20,7 @@ from .errors import (
     ShardUnavailableError,
     SqlDelayError,
     UnsupportedDialectError,
+    UnsupportedFeatureError,
 )
 from .history import EventKind, History, HistoryEvent
 from .inspection import Inspector
@@ -79,7 +80,8 @@ __all__ = [
     "MessagePage", "OfferOutcome", "PayloadError", "ProcessingMode", "QueueListener",
     "QueuePage", "QueueStats", "QueueSummary", "QueuedMessage", "RetryPolicy", "SchemaMissingError",
     "Serializer", "ShardUnavailableError", "ShardedQueue", "SqlDelayError", "StrSerializer",
-    "SystemClock", "UnsupportedDialectError", "Worker", "WorkerListener",
+    "SystemClock", "UnsupportedDialectError", "UnsupportedFeatureError", "Worker",
+    "WorkerListener",
     "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",
     "drop_table_op", "queue_table", "shard_name", "shard_score"
 ]

@@ -17,6 +17,11 @@ class UnsupportedDialectError(SqlDelayError):
     """The engine's database has no QueueDao."""
 
 
+class UnsupportedFeatureError(SqlDelayError):
+    """The database cannot keep the promise of a feature (a concurrency cap on a Galera
+    cluster): refused rather than kept loosely."""
+
+
 class SchemaMissingError(SqlDelayError):
     """A table the queue needs (its queue table, or its history table) does not exist yet."""
 

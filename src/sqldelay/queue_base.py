@@ -35,7 +35,7 @@ from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
 from .dialects.base import ROW_OVERHEAD, PayloadBudget
 from .dialects.common import ErrorKind, chunked
 from .dialects.flow import Control
-from .errors import InvalidArgumentError, Raced
+from .errors import InvalidArgumentError, Raced, UnsupportedFeatureError
 from .history import (
     EventKind,
     History,
@@ -623,10 +623,24 @@ class QueueBase:
                                 unless_same=("rate_limit", "rate_period_ms"))
 
     def concurrency_limit_op(self, limit: int | None) -> Op:
-        """At most ``limit`` messages of the queue in flight across every consumer."""
-        if limit is not None:
-            _check_limit(limit)
-        return self.settings_op(max_in_flight=limit)
+        """At most ``limit`` messages of the queue in flight across every consumer. Refused
+        on a multi-primary cluster, where the claims of two nodes would both see room."""
+        if limit is None:
+            return self.settings_op(max_in_flight=None)
+        _check_limit(limit)
+        write = self.settings_op(max_in_flight=limit)
+
+        def op(conn: sa.Connection) -> None:
+            if self.dao.multi_primary(conn):
+                raise UnsupportedFeatureError(
+                    f"a concurrency limit cannot hold on {self.dao.name} with Galera: the "
+                    "claims of different nodes count the messages in flight under locks "
+                    "local to each node; send every consumer of queue "
+                    f"{self.name!r} to one node, or use a rate limit "
+                    "(docs/high-availability.md)")
+            write(conn)
+
+        return op
 
     def flow_control_op(self) -> Op:
         def op(conn: sa.Connection) -> FlowControl:

@@ -226,6 +226,13 @@ class QueueDao(FlowControl):
         """The database's settings that matter to queue table ``table_name``, judged."""
         return []
 
+    @classmethod
+    def multi_primary(cls, conn: sa.Connection) -> bool:
+        """The server is a node of a cluster where every node takes writes and a row lock
+        holds on its own node only (Galera): what a claim counts under a lock, such as a
+        concurrency cap's messages in flight, is not counted for the whole cluster."""
+        return False
+
     # ---- hooks around transactions and errors -------------------------------------------
 
     @classmethod

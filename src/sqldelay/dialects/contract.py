@@ -83,6 +83,10 @@ class Dialect(Protocol):
         """The server's settings that matter to the queue, judged (``sqldelay verify``)."""
 
     @classmethod
+    def multi_primary(cls, conn: sa.Connection) -> bool:
+        """A node of a multi-primary cluster (Galera): locks are local to a node."""
+
+    @classmethod
     def check_keys(cls, keys: Sequence[str]) -> None:
         """Refuse keys the database cannot store or tell apart, before any I/O."""
 

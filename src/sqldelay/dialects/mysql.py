@@ -321,6 +321,12 @@ class MySQLQueueDao(QueueDao):
                              "less the rest of the statement")
 
     @classmethod
+    def multi_primary(cls, conn: sa.Connection) -> bool:
+        # a MariaDB server with Galera replication on; MySQL has no such variable
+        row = conn.execute(sa.text("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")).first()
+        return row is not None and str(row[1]).upper() == "ON"
+
+    @classmethod
     def settings_advice(cls, conn: sa.Connection, table_name: str) -> list[Advice]:
         out = []
         # MySQL 8 and MariaDB >= 11.1 name it transaction_isolation, older MariaDB tx_isolation
