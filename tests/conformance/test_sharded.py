@@ -546,6 +546,32 @@ def test_a_worker_takes_a_sharded_queue_beside_a_plain_one(sharded, shard_engine
 
 
 @ASYNCIO
+@_needs("sqlite")
+def test_the_async_front_raises_a_shard_call_that_was_cancelled(tmp_path, monkeypatch):
+    # asyncio hands back a shard's cancelled call as a CancelledError among the results (not
+    # an Exception): the call fails, not the shard's answer
+    async def scenario() -> None:
+        engines = [create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/{n}.db")
+                   for n in ("one", "two")]
+        try:
+            for engine in engines:
+                await create_schema_async(engine)
+            one, two = (AsyncDelayedQueue(engine, "e") for engine in engines)
+
+            async def cancelled() -> None:
+                raise asyncio.CancelledError
+
+            monkeypatch.setattr(two, "pause", cancelled)
+            with pytest.raises(asyncio.CancelledError):
+                await AsyncShardedQueue({"one": one, "two": two}).pause()
+        finally:
+            for engine in engines:
+                await engine.dispose()
+
+    asyncio.run(scenario())
+
+
+@ASYNCIO
 @_needs("sqlite", "postgresql")
 def test_the_async_front_names_an_unreachable_shard_too(tmp_path):
     async def scenario() -> None:
