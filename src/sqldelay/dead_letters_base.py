@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 import sqlalchemy as sa
 
@@ -61,7 +61,7 @@ class DeadLettersBase:
                          else None)
 
     @classmethod
-    def of(cls, queue):
+    def of(cls, queue: Any) -> Self:
         """The dead letters beside ``queue``, on its engine and clock, recording history when
         the queue does."""
         return cls(queue.engine, table_name=queue.dao.table.name, clock=queue.clock,

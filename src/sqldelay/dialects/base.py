@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import sqlalchemy as sa
 
@@ -811,7 +811,7 @@ class QueueDao(FlowControl):
         due = t.c.scheduled_at <= now_ms
         later = t.c.scheduled_at > now_ms
 
-        def count(cond):
+        def count(cond: sa.ColumnElement[bool]) -> sa.ColumnElement[Any]:
             return sa.func.coalesce(sa.func.sum(sa.case((cond, 1), else_=0)), 0)
 
         return [

@@ -32,6 +32,7 @@ none, and ``get_result`` then knows a task only until it has run).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import socket
@@ -377,10 +378,8 @@ def _run(backend: SqlDelayBackend, name: str, context, *args, **kwargs) -> Any:
     return value
 
 
-def _signature(django_task):
+def _signature(django_task: Any) -> inspect.Signature:
     """The signature Django's task is called with (its context apart)."""
-    import inspect
-
     signature = inspect.signature(django_task.func)
     params = list(signature.parameters.values())
     if django_task.takes_context:
