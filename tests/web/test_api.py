@@ -615,6 +615,15 @@ def test_a_row_that_cannot_be_read_is_shown_with_the_reason_not_a_500(http, q, e
     assert set(shown) == {"good", "spoiled"} and "unreadable" not in shown["good"]
 
 
+def test_a_limit_the_database_cannot_keep_is_refused_with_409(http, q, monkeypatch):
+    # as on a Galera node, whose claims count the messages in flight under node-local locks
+    monkeypatch.setattr(type(q.dao), "multi_primary", classmethod(lambda cls, conn: True))
+    r = http.put(f"/v1/queues/{q.name}/concurrency-limit", json={"limit": 3})
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "unsupported_feature")
+    assert "Galera" in r.json()["error"]["message"]
+    assert q.flow_control().concurrency_limit is None
+
+
 def test_limits_pause_and_what_the_queue_list_shows(http, q, engine, table_name):
     q.offer("k", 1)
     base = f"/v1/queues/{q.name}"

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..concurrency_async import engine_problem
-from ..errors import SchemaMissingError
+from ..errors import SchemaMissingError, UnsupportedFeatureError
 from ..history import check_actor
 from ..schema import DEFAULT_TABLE
 from .api import Service
@@ -88,6 +88,7 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
     # by exception class: Starlette types each handler as taking any Exception
     handlers: dict[Any, Callable[..., Any]] = {
         ApiError: _api_error, HTTPException: _http_error, SchemaMissingError: _schema_missing,
+        UnsupportedFeatureError: _unsupported,
         sa.exc.DBAPIError: _database_error, sa.exc.TimeoutError: _pool_timeout,
         # some async drivers let a refused connection out as it is
         OSError: _database_error}
@@ -122,6 +123,12 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _schema_missing(request: Request, exc: SchemaMissingError) -> Response:
     return ApiError(503, "schema_missing", str(exc)).response()
+
+
+async def _unsupported(request: Request, exc: UnsupportedFeatureError) -> Response:
+    """A feature the database cannot keep (a concurrency limit on a Galera cluster): 409,
+    the request at odds with how the database runs, nothing written."""
+    return ApiError(409, "unsupported_feature", str(exc)).response()
 
 
 async def _pool_timeout(request: Request, exc: sa.exc.TimeoutError) -> Response:

@@ -38,7 +38,8 @@ def _errors(*statuses: int) -> dict:
 
 
 _ERROR_NAMES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-                408: "TooSlow", 413: "TooLarge", 429: "TooManyAttempts", 503: "Unavailable"}
+                408: "TooSlow", 409: "Unsupported", 413: "TooLarge", 429: "TooManyAttempts",
+                503: "Unavailable"}
 
 _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _NULLABLE_SECONDS = {"type": ["number", "null"]}
@@ -203,6 +204,8 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
         ("NotFound", "no such message, dead letter, queue, history or route"),
         ("TooLarge", f"the body is over {max_body:,} bytes"),
         ("TooSlow", "the body did not arrive in time"),
+        ("Unsupported", "the database cannot keep this setting (a concurrency limit on a "
+         "Galera cluster); nothing was written"),
         ("TooManyAttempts", "this address sent too many wrong tokens; wait Retry-After "
          "seconds"),
         ("Unavailable", "the database is unreachable or has no queue table"))}
@@ -270,7 +273,7 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
             "/v1/queues/{queue}/concurrency-limit": {
                 "put": op("At most 'limit' messages of the queue in flight at once",
                           {"200": queue_ok}, body=_ref("ConcurrencyLimitIn"), params=[queue],
-                          errors=[413]),
+                          errors=[409, 413]),
                 "delete": op("Lift the concurrency limit", {"200": queue_ok},
                              params=[queue])},
             "/v1/queues/{queue}/messages": {
