@@ -17,7 +17,16 @@ from alembic.config import Config
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 
-from .schema import DEAD, HISTORY, QUEUE, SCHEMA_VERSION, create_history_op, repair_op
+from .errors import InvalidArgumentError
+from .schema import (
+    DEAD,
+    HISTORY,
+    QUEUE,
+    SCHEMA_VERSION,
+    TABLES,
+    create_history_op,
+    repair_op,
+)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -60,6 +69,10 @@ def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = Non
     missing (dropped by hand) is made again first, every row elsewhere kept, since the
     migrations trust the recorded version and would not. Returns the names of the tables and
     indexes made again (or added: the history table) that way."""
+    foreign = foreign_table(connection, table_name)
+    if foreign is not None:  # before the version table, or any other, is made
+        raise InvalidArgumentError(f"{foreign[1]}: nothing was written; give the queue "
+                                   "table a name of its own")
     cfg = config(connection, table_name, tuning, history)
     context = MigrationContext.configure(
         connection, opts={"version_table": f"{table_name}_alembic"})
@@ -76,3 +89,30 @@ def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = Non
     if history and not sa.inspect(connection).has_table(HISTORY.name(table_name)):
         create_history_op(Operations(MigrationContext.configure(connection)), table_name)
     return made
+
+
+_KINDS = {"": "queue table", "_dead": "dead-letter table", "_groups": "groups table",
+          "_settings": "settings table", "_history": "history table"}
+
+
+def foreign_table(conn: sa.Connection, table_name: str) -> tuple[str, str] | None:
+    """The first table of queue table name ``table_name``'s schema that exists and is not
+    sqldelay's, and why (None: every one that exists can be). A table is taken as sqldelay's
+    when it has the columns its table had when a migration first made it: a table that an
+    older sqldelay made, and that ``upgrade`` would upgrade, has them too. Without this, a
+    migration would take an application's table ``X`` for a first-version queue table,
+    record that in ``X_alembic`` and fail halfway, leaving tables behind where DDL is not
+    transactional (MySQL, MariaDB)."""
+    inspector = sa.inspect(conn)
+    for spec in TABLES:
+        name = spec.name(table_name)
+        if not inspector.has_table(name):
+            continue
+        present = {column["name"].lower() for column in inspector.get_columns(name)}
+        first = [c.make().name for c in spec.columns if c.since == spec.since]
+        missing = [column for column in first if column not in present]
+        if missing:
+            return name, (f"the table {name!r} exists and is not a sqldelay "
+                          f"{_KINDS.get(spec.suffix, 'table')}: it has no column "
+                          f"{', '.join(missing)}")
+    return None

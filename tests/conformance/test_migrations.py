@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import DeadLetters, DelayedQueue, create_schema, drop_schema
+from sqldelay import DeadLetters, DelayedQueue, InvalidArgumentError, create_schema, drop_schema
 from sqldelay.migrate import current
 from sqldelay.schema import SCHEMA_VERSION, schema_tables
 
@@ -154,6 +154,25 @@ def test_an_upgrade_from_the_0002_schema_keeps_every_message_and_its_state(backe
             ("gave-up", 3, "boom", 0)
     finally:
         drop_schema(engine, table_name=name)
+
+
+def test_create_schema_refuses_an_applications_table_of_its_name_and_writes_nothing(engine):
+    # from code as from the command line: a table of the schema's names that is not
+    # sqldelay's is refused before the version table, or any other, is made
+    name = unique_name("sqdapp")
+    app = sa.MetaData()
+    sa.Table(name, app, sa.Column("id", sa.Integer, primary_key=True))
+    app.create_all(engine)
+    try:
+        with pytest.raises(InvalidArgumentError, match="is not a sqldelay queue table"):
+            create_schema(engine, table_name=name, history=True)
+        with engine.connect() as conn:
+            made = set(sa.inspect(conn).get_table_names()) & {
+                f"{name}{suffix}" for suffix in ("_alembic", "_dead", "_groups", "_settings",
+                                                 "_history", "_results")}
+        assert made == set()
+    finally:
+        app.drop_all(engine)
 
 
 def test_create_schema_is_idempotent_and_records_the_version(engine):

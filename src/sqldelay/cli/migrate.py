@@ -10,10 +10,9 @@ import argparse
 
 import sqlalchemy as sa
 
-from ..migrate import current
+from ..migrate import current, foreign_table
 from ..schema import (
     SCHEMA_VERSION,
-    TABLES,
     TUNING_PRESETS,
     create_schema,
     missing_parts,
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     engine = open_engine(args, create=True, table=False)
     try:
         with engine.connect() as conn:
-            foreign = not_sqldelays(conn, args.table)
+            foreign = foreign_table(conn, args.table)
             if foreign is not None:  # before the version table, or any other, is made
                 raise CliError(f"{foreign[1]}: nothing was written; give --table a name of "
                                "its own")
@@ -63,30 +62,3 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         engine.dispose()
-
-
-_KINDS = {"": "queue table", "_dead": "dead-letter table", "_groups": "groups table",
-          "_settings": "settings table", "_history": "history table"}
-
-
-def not_sqldelays(conn: sa.Connection, table_name: str) -> tuple[str, str] | None:
-    """The first table of queue table name ``table_name``'s schema that exists and is not
-    sqldelay's, and why (None: every one that exists can be). A table is taken as sqldelay's
-    when it has the columns its table had when a migration first made it: a table that an
-    older sqldelay made, and that ``migrate`` would upgrade, has them too. Without this, a
-    migration would take an application's table ``X`` for a first-version queue table,
-    record that in ``X_alembic`` and fail halfway, leaving tables behind where DDL is not
-    transactional (MySQL, MariaDB)."""
-    inspector = sa.inspect(conn)
-    for spec in TABLES:
-        name = spec.name(table_name)
-        if not inspector.has_table(name):
-            continue
-        present = {column["name"].lower() for column in inspector.get_columns(name)}
-        first = [c.make().name for c in spec.columns if c.since == spec.since]
-        missing = [column for column in first if column not in present]
-        if missing:
-            return name, (f"the table {name!r} exists and is not a sqldelay "
-                          f"{_KINDS.get(spec.suffix, 'table')}: it has no column "
-                          f"{', '.join(missing)}")
-    return None

@@ -10,9 +10,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..dialects import dao_class_for
-from ..migrate import current
+from ..migrate import current, foreign_table
 from ..schema import HISTORY, SCHEMA_VERSION, index_condition, index_made_on, schema_tables
-from .migrate import not_sqldelays
 from .support import (
     add_db_arguments,
     add_json,
@@ -41,7 +40,7 @@ def findings(conn: sa.Connection, table_name: str,
     ADVICE or PROBLEM. ``migrate`` is the command that fixes a missing table or index, or an
     old schema version (``sqldelay migrate`` makes again whatever is missing)."""
     out: list[tuple[str, str, str]] = []
-    foreign = not_sqldelays(conn, table_name)
+    foreign = foreign_table(conn, table_name)
     if foreign is not None:  # migrate would refuse it: its schema version means nothing
         return [(PROBLEM, foreign[0], f"{foreign[1]}: give --table a name of its own")]
     inspector = sa.inspect(conn)
