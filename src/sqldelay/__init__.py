@@ -36,12 +36,11 @@ from .messages import (
     QueuedMessage,
     QueueStats,
 )
+from .migrate import create_schema, create_schema_async
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
 from .retry import RetryPolicy
 from .schema import (
-    create_schema,
-    create_schema_async,
     create_table_op,
     drop_schema,
     drop_schema_async,

@@ -1,5 +1,6 @@
-"""Running sqldelay's Alembic migrations (``migrations/`` in this package) from code, on a
-connection: what ``create_schema`` and ``sqldelay migrate`` do.
+"""Running sqldelay's Alembic migrations (``migrations/`` in this package) from code:
+``create_schema`` (on an engine) and ``upgrade`` (on a connection), what ``sqldelay migrate``
+runs.
 
 Each queue table name keeps its migration state in its own version table,
 ``<table>_alembic``, apart from the application's ``alembic_version``. A table that an older
@@ -20,12 +21,18 @@ from alembic.runtime.migration import MigrationContext
 from .errors import InvalidArgumentError
 from .schema import (
     DEAD,
+    DEFAULT_TABLE,
     HISTORY,
     QUEUE,
     SCHEMA_VERSION,
     TABLES,
+    after_create,
+    check_table_name,
     create_history_op,
+    queue_table,
     repair_op,
+    require_async_engine,
+    tuning_check,
 )
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -59,6 +66,33 @@ def _by_shape(connection: sa.Connection, table_name: str) -> str | None:
     if inspector.has_table(DEAD.name(table_name)):
         return "0002"
     return "0001" if inspector.has_table(QUEUE.name(table_name)) else None
+
+
+def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
+                  tuning: str | None = None, history: bool = False) -> sa.Table:
+    """Create the queue tables, or upgrade them to this version's schema, keeping every
+    message (idempotent): the package's Alembic migrations, run on ``engine``. ``tuning``
+    applies a storage preset to a table it creates; ``history`` adds the event history table
+    (``<table>_history``) for queues that keep history, now or later."""
+    check_table_name(table_name)
+    tuning_check(tuning)
+    with engine.begin() as conn:
+        upgrade(conn, table_name, tuning, history)
+    with engine.connect() as conn:
+        after_create(conn)
+    return queue_table(sa.MetaData(), table_name)
+
+
+async def create_schema_async(engine, *, table_name: str = DEFAULT_TABLE,
+                              tuning: str | None = None, history: bool = False) -> sa.Table:
+    """``create_schema`` for an asyncio ``AsyncEngine``: the same migrations, on its driver."""
+    check_table_name(table_name)
+    tuning_check(tuning)
+    async with require_async_engine(engine, "create_schema").begin() as conn:
+        await conn.run_sync(upgrade, table_name, tuning, history)
+    async with engine.connect() as conn:
+        await conn.run_sync(after_create)
+    return queue_table(sa.MetaData(), table_name)
 
 
 def upgrade(connection: sa.Connection, table_name: str, tuning: str | None = None,

@@ -441,7 +441,7 @@ TABLES = (QUEUE, DEAD, GROUPS, SETTINGS, HISTORY, RESULTS)
 def queue_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
     """The queue table bound to ``metadata``; add it to your own metadata for autogenerate
     (with ``schema_tables`` for the tables beside it)."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     return QUEUE.table(metadata, table_name)
 
 
@@ -452,29 +452,29 @@ def dead_letter_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) ->
     partition it came from (so it can be requeued without knowing its serializer), the last
     error and how many attempts were made.
     """
-    _check_table_name(table_name)
+    check_table_name(table_name)
     return DEAD.table(metadata, table_name)
 
 
 def groups_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
-    _check_table_name(table_name)
+    check_table_name(table_name)
     return GROUPS.table(metadata, table_name)
 
 
 def settings_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
-    _check_table_name(table_name)
+    check_table_name(table_name)
     return SETTINGS.table(metadata, table_name)
 
 
 def history_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
     """The event history of queue table ``table_name``: ``<table_name>_history``."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     return HISTORY.table(metadata, table_name)
 
 
 def results_table(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE) -> sa.Table:
     """The task results of queue table ``table_name``: ``<table_name>_results``."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     return RESULTS.table(metadata, table_name)
 
 
@@ -482,7 +482,7 @@ def schema_tables(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE, *,
                   history: bool = True) -> list[sa.Table]:
     """Every table of queue table name ``table_name``, newest shape, in ``metadata`` (the
     history table unless ``history`` is False)."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     return [spec.table(metadata, table_name) for spec in TABLES
             if history or not spec.optional]
 
@@ -492,48 +492,17 @@ def schema_tables(metadata: sa.MetaData, table_name: str = DEFAULT_TABLE, *,
 TUNING_PRESETS = ("high-churn",)
 
 
-def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
-                  tuning: str | None = None, history: bool = False) -> sa.Table:
-    """Create the queue tables, or upgrade them to this version's schema, keeping every
-    message (idempotent): the package's Alembic migrations, run on ``engine``. ``tuning``
-    applies a storage preset to a table it creates; ``history`` adds the event history table
-    (``<table>_history``) for queues that keep history, now or later."""
-    from .migrate import upgrade
-
-    _check_table_name(table_name)
-    tuning_check(tuning)
-    with engine.begin() as conn:
-        upgrade(conn, table_name, tuning, history)
-    with engine.connect() as conn:
-        _after_create(conn)
-    return queue_table(sa.MetaData(), table_name)
-
-
-async def create_schema_async(engine, *, table_name: str = DEFAULT_TABLE,
-                              tuning: str | None = None, history: bool = False) -> sa.Table:
-    """``create_schema`` for an asyncio ``AsyncEngine``: the same migrations, on its driver."""
-    from .migrate import upgrade
-
-    _check_table_name(table_name)
-    tuning_check(tuning)
-    async with _async_engine(engine, "create_schema").begin() as conn:
-        await conn.run_sync(upgrade, table_name, tuning, history)
-    async with engine.connect() as conn:
-        await conn.run_sync(_after_create)
-    return queue_table(sa.MetaData(), table_name)
-
-
 def drop_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> None:
     """Drop the queue tables, their migration state and everything in them."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     with engine.begin() as conn:
         _drop(conn, table_name)
 
 
 async def drop_schema_async(engine, *, table_name: str = DEFAULT_TABLE) -> None:
     """``drop_schema`` for an asyncio ``AsyncEngine``."""
-    _check_table_name(table_name)
-    async with _async_engine(engine, "drop_schema").begin() as conn:
+    check_table_name(table_name)
+    async with require_async_engine(engine, "drop_schema").begin() as conn:
         await conn.run_sync(_drop, table_name)
 
 
@@ -546,11 +515,11 @@ def _drop(conn: sa.Connection, table_name: str) -> None:
         table.drop(conn, checkfirst=True)
 
 
-def _after_create(conn: sa.Connection) -> None:
+def after_create(conn: sa.Connection) -> None:
     _database(conn.dialect).after_create_schema(conn)
 
 
-def _async_engine(engine, name: str):
+def require_async_engine(engine, name: str):
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     if not isinstance(engine, AsyncEngine):
@@ -582,7 +551,7 @@ def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None =
     as schema version ``revision`` has them (default: this version's), with a tuning preset
     as ``create_schema`` takes it, and the history table when ``history``. Later versions:
     ``upgrade_table_op``."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     ddl = tuning_ddl(op.get_context().dialect, table_name, tuning)
     for spec in TABLES:
         if spec.since <= revision and (history or not spec.optional):
@@ -596,7 +565,7 @@ def upgrade_table_op(op, table_name: str, revision: str, *, history: bool = Fals
     migrations: run each version's step in order to go from one version to another. The
     history table is made by its version's step only when ``history``; ``create_history_op``
     adds it later."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     for spec in TABLES:
         if history or not spec.optional:
             spec.upgrade_op(op, table_name, revision)
@@ -605,7 +574,7 @@ def upgrade_table_op(op, table_name: str, revision: str, *, history: bool = Fals
 def downgrade_table_op(op, table_name: str, revision: str) -> None:
     """The undoing of ``upgrade_table_op(op, table_name, revision)`` (a history table that
     was never made is passed over)."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     for spec in reversed(TABLES):
         if spec.optional and spec.since == revision and not _exists(op, spec.name(table_name)):
             continue
@@ -614,7 +583,7 @@ def downgrade_table_op(op, table_name: str, revision: str) -> None:
 
 def create_history_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """Add the history table to a schema at this version that was made without it."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     HISTORY.create_op(op, table_name, SCHEMA_VERSION)
 
 
@@ -635,7 +604,7 @@ def repair_op(op, table_name: str, revision: str, *, history: bool = False,
     there, so the migrations alone would make nothing: this is what brings a dropped table or
     index back. ``only`` names the parts to make instead (offline SQL, where there is no
     database to ask). Returns the names of what it made."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     if only is None:
         parts = _missing(op.get_bind(), table_name, revision, history)
     else:
@@ -672,7 +641,7 @@ def _parts(table_name: str, revision: str, partial: bool) -> list[_Part]:
 def _missing(conn: sa.Connection, table_name: str, revision: str, history: bool) -> list[_Part]:
     """The parts of ``_parts`` that the database on ``conn`` lacks: ``missing_parts``. The
     indexes of a missing table are left out (making the table makes them)."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
     present = [name for spec in TABLES if (name := spec.name(table_name)) in existing]
@@ -692,7 +661,7 @@ def _missing(conn: sa.Connection, table_name: str, revision: str, history: bool)
 
 def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """The downgrade of ``create_table_op``: every sqldelay table of ``table_name``."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     for spec in reversed(TABLES):
         if not spec.optional or _exists(op, spec.name(table_name)):
             op.drop_table(spec.name(table_name))
@@ -707,13 +676,13 @@ def _exists(op, name: str) -> bool:
 def widen_error_text_op(op, table_name: str = DEFAULT_TABLE) -> None:
     """Migration 0003: the dead letters' error text holds ``ERROR_LENGTH`` characters of any
     text on every database (SQL Server and Oracle declared too little room before)."""
-    _check_table_name(table_name)
+    check_table_name(table_name)
     context = op.get_context()
     _database(context.dialect).widen_error_text_op(op, DEAD.name(table_name),
                                                    online=not context.as_sql)
 
 
-def _check_table_name(name: str) -> None:
+def check_table_name(name: str) -> None:
     if not isinstance(name, str) or not name or len(name) > 40 or not name.isidentifier():
         raise InvalidArgumentError(
             f"table_name must be a plain identifier of at most 40 characters, got {name!r}"

@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from tqdm import tqdm
 
 from ..messages import Message
+from ..migrate import create_schema
 from ..queue import DelayedQueue
-from ..schema import create_schema
 from .support import CliError, add_db_arguments, open_engine, shown
 
 DEMO_URL = "sqlite:///sqldelay-demo.db"

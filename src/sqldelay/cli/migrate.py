@@ -10,14 +10,8 @@ import argparse
 
 import sqlalchemy as sa
 
-from ..migrate import current, foreign_table
-from ..schema import (
-    SCHEMA_VERSION,
-    TUNING_PRESETS,
-    create_schema,
-    missing_parts,
-    tuning_ddl,
-)
+from ..migrate import create_schema, current, foreign_table
+from ..schema import SCHEMA_VERSION, TUNING_PRESETS, missing_parts, tuning_ddl
 from .support import CliError, add_db_arguments, open_engine, shown
 
 

@@ -170,7 +170,7 @@ class SqlDelayBackend(BaseTaskBackend):
     def create_schema(self) -> None:
         """The sqldelay tables of this backend, made or upgraded (what ``migrate`` does for
         the backends of the database it migrates, with ``sqldelay.django`` installed)."""
-        from ..schema import create_schema
+        from ..migrate import create_schema
 
         create_schema(self.engine, table_name=self.table)
 
