@@ -5,11 +5,14 @@ messages by state. ``inspection_base`` holds what is sent; this module runs it."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .clock import Clock
 from .concurrency import Connection, Engine, engine_problem
 from .errors import InvalidArgumentError
 from .executor import Executor
 from .inspection_base import InspectorBase, MessagePage, QueuePage, QueueSummary
+from .messages import FlowControl
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 
@@ -29,6 +32,15 @@ class Inspector(InspectorBase):
         """Every queue with messages or dead letters: due, scheduled, in flight, dead letters
         and the oldest due message's age, read for all queues at once."""
         return self.executor.run(self.queues_op(), write=False, connection=connection)
+
+    def flow_controls(self, queues: Sequence[tuple[str, str]] | None = None, *,
+                      connection: Connection | None = None
+                      ) -> dict[tuple[str, str], FlowControl]:
+        """The flow control (pause, limits) of ``queues``, as (name, payload type) pairs, or
+        of every queue that has any (None), by (name, payload type), in one read; a queue
+        that has none is left out."""
+        return self.executor.run(self.flow_controls_op(queues), write=False,
+                                 connection=connection)
 
     def queues_page(self, *, limit: int = 50, after: str | None = None,
                     prefix: str | None = None,

@@ -8,7 +8,7 @@ Nothing here locks or changes a message.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,7 +20,7 @@ from .clock import Clock, DatabaseClock, to_ms
 from .dialects import dao_class_for
 from .errors import InvalidArgumentError
 from .messages import QueuedMessage
-from .queue_base import MAX_QUEUE_NAME, queued_message
+from .queue_base import MAX_QUEUE_NAME, flow_control, queued_message
 from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, dead_letter_table, queue_table
 from .serializers import JsonSerializer, Serializer
 
@@ -126,6 +126,15 @@ class InspectorBase:
             return QueuePage(out, rows[-1].pkind if len(rows) == limit else None)
 
         return op
+
+    def flow_controls_op(self, queues: Sequence[tuple[str, str]] | None) -> Op:
+        """The flow control of ``queues`` (name, payload type), or of every queue that has
+        any (None): paused, limited, or grouped, by (name, payload type); a queue without
+        settings is absent (it has none)."""
+        kinds = None if queues is None else [f"{name}|{type_name}" for name, type_name in queues]
+        dao = self.dao
+        return lambda conn: {_split(pkind): flow_control(control)
+                             for pkind, control in dao.read_controls(conn, kinds).items()}
 
     def peek_op(self, queue: str, state: str, limit: int, key_prefix: str | None,
                 after: str | None, serializer: Serializer | None) -> Op:

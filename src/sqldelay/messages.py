@@ -79,6 +79,10 @@ class FlowControl:
     groups: bool
 
 
+# the flow control of a queue that has none: not paused, no limits, no groups yet
+NO_FLOW_CONTROL = FlowControl(False, None, None, None, False)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     due: int

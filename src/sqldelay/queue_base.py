@@ -46,6 +46,7 @@ from .history import (
 )
 from .listeners import Listeners, QueueListener
 from .messages import (
+    NO_FLOW_CONTROL,
     Envelope,
     FlowControl,
     Message,
@@ -643,16 +644,7 @@ class QueueBase:
         return op
 
     def flow_control_op(self) -> Op:
-        def op(conn: sa.Connection) -> FlowControl:
-            control = self.dao.read_control(conn, self.pkind)
-            if control is None:
-                return FlowControl(False, None, None, None, False)
-            period = (None if control.rate_period_ms is None
-                      else timedelta(milliseconds=control.rate_period_ms))
-            return FlowControl(control.paused, control.rate_limit, period,
-                               control.max_in_flight, control.has_groups)
-
-        return op
+        return lambda conn: flow_control(self.dao.read_control(conn, self.pkind))
 
     # ---- reads and deletes -------------------------------------------------------------------
 
@@ -824,6 +816,16 @@ class QueueBase:
                               in_flight=int(row.in_flight), oldest_due_age=oldest)
 
         return op
+
+
+def flow_control(control: Control | None) -> FlowControl:
+    """A queue's settings row as the public API shows it (None: no row, no flow control)."""
+    if control is None:
+        return NO_FLOW_CONTROL
+    period = (None if control.rate_period_ms is None
+              else timedelta(milliseconds=control.rate_period_ms))
+    return FlowControl(control.paused, control.rate_limit, period, control.max_in_flight,
+                       control.has_groups)
 
 
 def queued_message(row, serializer: Serializer, now_ms: int) -> QueuedMessage:

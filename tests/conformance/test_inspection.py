@@ -61,6 +61,22 @@ def test_queues_counts_every_state_and_the_dead_letters(front, make_queue, table
     assert (s.due, s.scheduled, s.in_flight) == (3, 0, 0)
 
 
+def test_flow_controls_reads_what_was_set_for_the_queues_asked_or_every_one(
+        front, make_queue, table_name):
+    paused, limited, plain = make_queue(), make_queue(), make_queue()
+    paused.pause()
+    limited.set_rate_limit(10, per=timedelta(seconds=2))
+    limited.set_concurrency_limit(3)
+    inspector = front.inspector(table_name=table_name)
+    asked = inspector.flow_controls([(q.name, "json") for q in (paused, limited, plain)])
+    assert set(asked) == {(paused.name, "json"), (limited.name, "json")}  # plain has none
+    assert asked[(paused.name, "json")].paused
+    got = asked[(limited.name, "json")]
+    assert (got.paused, got.rate_limit, got.rate_period, got.concurrency_limit) == (
+        False, 10, timedelta(seconds=2), 3)
+    assert asked.items() <= inspector.flow_controls().items()
+
+
 def test_peek_by_state_with_prefix_and_pages(front, make_queue, table_name, clock):
     q = make_queue()
     start = clock.now()

@@ -23,7 +23,6 @@ import sqlalchemy as sa
 from ..messages import FlowControl
 from ..queue import DelayedQueue
 from ..queue_base import MAX_LIMIT
-from ..schema import settings_table
 from ..serializers import SERIALIZERS
 from .support import (
     CliError,
@@ -178,22 +177,6 @@ def as_json(control: FlowControl) -> dict:
             "rate_period": None if control.rate_period is None
             else control.rate_period.total_seconds(),
             "concurrency_limit": control.concurrency_limit}
-
-
-NO_CONTROL = FlowControl(False, None, None, None, False)
-
-
-def controls(engine: sa.Engine, table: str) -> dict[str, FlowControl]:
-    """The flow control of every queue of ``table`` that has settings, by ``name|type``: one
-    read of the settings table (a queue without a row there has none)."""
-    s = settings_table(sa.MetaData(), table)
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(s.c.pkind, s.c.paused, s.c.rate_limit, s.c.rate_period_ms,
-                                      s.c.max_in_flight, s.c.has_groups)).all()
-    return {r.pkind: FlowControl(
-        bool(r.paused), r.rate_limit,
-        None if r.rate_period_ms is None else timedelta(milliseconds=int(r.rate_period_ms)),
-        r.max_in_flight, bool(r.has_groups)) for r in rows}
 
 
 def controlled(control: FlowControl) -> bool:

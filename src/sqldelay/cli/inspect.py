@@ -13,9 +13,9 @@ import time
 
 from ..inspection import Inspector
 from ..inspection_base import QueueSummary
-from ..messages import FlowControl
-from .flow import NO_CONTROL, controlled, controls, limits_text
+from ..messages import NO_FLOW_CONTROL, FlowControl
 from .flow import as_json as flow_json
+from .flow import controlled, limits_text
 from .support import (
     CliError,
     add_db_arguments,
@@ -63,12 +63,11 @@ Row = tuple[QueueSummary, FlowControl]
 def summaries(inspector: Inspector, queue: str | None) -> list[Row]:
     """The queues shown (all, or ``queue``), each with its flow control."""
     found = inspector.queues()
-    settings = controls(inspector.engine, inspector.dao.table.name)
+    settings = inspector.flow_controls()
     if queue is None:
-        listed = {f"{s.queue}|{s.type_name}" for s in found}
-        found += [_empty(queue, type_name) for pkind, control in settings.items()
-                  if pkind not in listed and controlled(control)
-                  for queue, _, type_name in [pkind.rpartition("|")]]
+        listed = {(s.queue, s.type_name) for s in found}
+        found += [_empty(name, type_name) for (name, type_name), control in settings.items()
+                  if (name, type_name) not in listed and controlled(control)]
         found.sort(key=lambda s: (s.queue, s.type_name))
         return [_with(s, settings) for s in found]
     mine = [s for s in found if s.queue == queue]
@@ -88,8 +87,8 @@ def _empty(queue: str, type_name: str) -> QueueSummary:
                         oldest_due_age=None)
 
 
-def _with(summary: QueueSummary, settings: dict[str, FlowControl]) -> Row:
-    return summary, settings.get(f"{summary.queue}|{summary.type_name}", NO_CONTROL)
+def _with(summary: QueueSummary, settings: dict[tuple[str, str], FlowControl]) -> Row:
+    return summary, settings.get((summary.queue, summary.type_name), NO_FLOW_CONTROL)
 
 
 def as_json(row: Row) -> dict:

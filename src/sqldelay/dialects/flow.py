@@ -144,6 +144,13 @@ def loose_wanted(limit: int, won: int, seen: int, walked: int, met: bool) -> int
     return limit - won if seen == walked else 0
 
 
+def _control(row: Sequence) -> Control:
+    """A Control from a settings row read as ``_control_columns``, by position (a Row's
+    attributes cost more)."""
+    paused, has_groups, *limits = row
+    return Control(bool(paused), bool(has_groups), *limits)
+
+
 class FlowControl:
     """The mixin of QueueDao that claims controlled queues and keeps their state."""
 
@@ -234,18 +241,33 @@ class FlowControl:
     def read_control(self, conn: sa.Connection, pkind: str, *,
                      lock: bool = False) -> Control | None:
         row = conn.execute(self._read_control[lock], {"b_kind": pkind}).first()
-        if row is None:
-            return None
-        paused, has_groups, *limits = row  # by position: a Row's attributes cost more
-        return Control(bool(paused), bool(has_groups), *limits)
+        return None if row is None else _control(row)
+
+    def read_controls(self, conn: sa.Connection,
+                      pkinds: Sequence[str] | None = None) -> dict[str, Control]:
+        """The settings of the queues ``pkinds`` that have a settings row (None: of every
+        queue of the table), by queue: one read, or one per ``in_list_max`` queues."""
+        s = self.settings
+        stmt = sa.select(*self._control_columns, s.c.pkind)
+        if pkinds is None:
+            rows = conn.execute(stmt).all()
+        else:
+            rows = [row for chunk in chunked(list(pkinds), self.in_list_max)
+                    for row in conn.execute(stmt.where(s.c.pkind.in_(chunk))).all()]
+        return {row[-1]: _control(row[:-1]) for row in rows}
+
+    @property
+    def _control_columns(self) -> tuple[sa.ColumnElement, ...]:
+        """A settings row's columns as ``_control`` takes them, in order."""
+        s = self.settings
+        return (s.c.paused, s.c.has_groups, s.c.rate_limit, s.c.rate_period_ms,
+                s.c.tokens_milli, s.c.refilled_at, s.c.max_in_flight)
 
     @functools.cached_property
     def _read_control(self) -> dict[bool, sa.Select]:
         """The settings row's read, by whether it locks the row."""
         s = self.settings
-        stmt = sa.select(s.c.paused, s.c.has_groups, s.c.rate_limit, s.c.rate_period_ms,
-                         s.c.tokens_milli, s.c.refilled_at,
-                         s.c.max_in_flight).where(s.c.pkind == sa.bindparam("b_kind"))
+        stmt = sa.select(*self._control_columns).where(s.c.pkind == sa.bindparam("b_kind"))
         return {False: stmt, True: self.lock_rows(stmt, s, skip=False)}
 
     def write_settings(self, conn: sa.Connection, pkind: str, *,

@@ -21,12 +21,18 @@ from starlette.routing import Route
 
 from ..dead_letters_async import AsyncDeadLetters
 from ..dead_letters_base import DeadLetter
-from ..dialects.flow import Control
 from ..errors import InvalidArgumentError, PayloadError, SchemaMissingError
 from ..history import HistoryEvent
 from ..inspection_async import AsyncInspector
 from ..inspection_base import STATES, QueueSummary
-from ..messages import FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
+from ..messages import (
+    NO_FLOW_CONTROL,
+    FlowControl,
+    Message,
+    OfferOutcome,
+    QueuedMessage,
+    QueueStats,
+)
 from ..queue_async import AsyncDelayedQueue
 from ..serializers import JsonSerializer
 from .errors import ApiError, invalid
@@ -246,15 +252,10 @@ class Service:
         except InvalidArgumentError as exc:
             field = "after" if str(exc).startswith("after") else "prefix"
             raise invalid(field, str(exc), "invalid_parameter") from None
-        # each queue's settings row, all read on one connection, by primary key (the library
-        # reads a page's counts in one statement, its settings a queue at a time)
-        dao = self.inspector.dao
-        kinds = [f"{s.queue}|{s.type_name}" for s in page.queues]
-        controls = await self.inspector.executor.run(
-            lambda conn: [dao.read_control(conn, kind) for kind in kinds],
-            write=False) if kinds else []
-        return JSONResponse({"queues": [summary_json(s) | settings_json(c)
-                                        for s, c in zip(page.queues, controls, strict=True)],
+        controls = await self.inspector.flow_controls(
+            [(s.queue, s.type_name) for s in page.queues]) if page.queues else {}
+        return JSONResponse({"queues": [summary_json(s) | control_json(
+            controls.get((s.queue, s.type_name), NO_FLOW_CONTROL)) for s in page.queues],
                              "next_after": page.next_after})
 
     async def get_queue(self, request: Request) -> Response:
@@ -464,17 +465,6 @@ def summary_json(s: QueueSummary) -> dict:
             "scheduled": s.scheduled, "in_flight": s.in_flight,
             "dead_letters": s.dead_letters,
             "oldest_due_age_seconds": _seconds(s.oldest_due_age)}
-
-
-def settings_json(c: Control | None) -> dict:
-    """A settings row as ``control_json`` shows the FlowControl read from it (None: no row,
-    neither paused nor limited)."""
-    if c is None:
-        return {"paused": False, "rate_limit": None, "rate_period_seconds": None,
-                "concurrency_limit": None}
-    return {"paused": c.paused, "rate_limit": c.rate_limit,
-            "rate_period_seconds": None if c.rate_period_ms is None else c.rate_period_ms / 1000,
-            "concurrency_limit": c.max_in_flight}
 
 
 def control_json(c: FlowControl) -> dict:
