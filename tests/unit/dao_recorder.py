@@ -233,6 +233,9 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     record("rate limit", lambda c: dao.write_settings(
         c, kind, rate_limit=10, rate_period_ms=1000, tokens_milli=10_000, refilled_at=5,
         unless_same=("rate_limit", "rate_period_ms")), absent)
+    # what the queues tables of the CLI and the HTTP API show: many queues' settings at once
+    record("settings of queues", lambda c: dao.read_controls(c, [kind, "b|json"]), [[]])
+    record("settings of every queue", lambda c: dao.read_controls(c), [[]])
     return out
 
 

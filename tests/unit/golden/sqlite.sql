@@ -163,6 +163,12 @@ INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind);
 -- rate limit 2
 UPDATE delayed_queue_settings SET rate_limit=:rate_limit, rate_period_ms=:rate_period_ms, tokens_milli=:tokens_milli, refilled_at=:refilled_at WHERE delayed_queue_settings.pkind = :pkind_1 AND (delayed_queue_settings.rate_limit IS NULL OR delayed_queue_settings.rate_limit != :rate_limit_1 OR delayed_queue_settings.rate_period_ms IS NULL OR delayed_queue_settings.rate_period_ms != :rate_period_ms_1);
 
+-- settings of queues 0
+SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight, delayed_queue_settings.pkind FROM delayed_queue_settings WHERE delayed_queue_settings.pkind IN (:pkind_1_1, :pkind_1_2);
+
+-- settings of every queue 0
+SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight, delayed_queue_settings.pkind FROM delayed_queue_settings;
+
 -- offer by 0
 SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1);
 
