@@ -75,7 +75,7 @@ def claim_plan(queue: DelayedQueue, limit: int) -> Plan | None:
     if engine.dialect.name not in READS_PLANS:
         return None
     now = queue.now_ms()
-    values = {"b_kind": queue.pkind, "b_now": now, "b_limit": limit}
+    values = dao.due_params(queue.pkind, now, limit)
     if engine.dialect.name == "postgresql":
         # the whole claim, one statement
         return explain(engine, dao._claim_statement(("guard",)),

@@ -201,7 +201,7 @@ def _plans(bench: Bench, queue, variant: str) -> dict:
                 "plan": bucket.text,
                 "as_expected": claim_index(queue) in bucket.indexes and not bucket.full_scan}
         return out
-    values = {"b_kind": queue.pkind, "b_now": now, "b_limit": bench.batch}
+    values = dao.due_params(queue.pkind, now, bench.batch)
     groups = [f"g{i}" for i in range(bench.batch)]
     stmt, params = dao.heads_plan(bench.engine.dialect, queue.pkind, groups, now, bench.batch)
     heads = explain(bench.engine, stmt, {**values, **params}, t, dao.walk_settings())

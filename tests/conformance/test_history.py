@@ -102,9 +102,11 @@ def test_dead_letter_requeue_ack(make_queue, clock, front):
     assert "ZeroDivisionError" in queue.history("k")[2].detail
 
 
-def test_the_cli_prints_a_timeline(make_queue, clock, backend_url, table_name, capsys):
+def test_the_cli_prints_a_timeline(make_queue, clock, backend_url, table_name, capsys,
+                                   monkeypatch):
     from sqldelay.cli import main
 
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped, as to a grep: a row a line
     queue = make_queue(history=True)
     queue.offer("order:7", 1, by="shop")
     queue.poll(by="w1").ack()

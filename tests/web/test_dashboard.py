@@ -362,8 +362,10 @@ def test_times_are_in_the_browsers_zone_and_say_which(browser, server, engine, t
     assert errors == []
 
 
-def minute_ms(minutes_ago: int) -> int:
-    return (int(time.time()) // 60 - minutes_ago) * 60_000
+def minutes_before(now: float):
+    """The start of the minute ``ago`` minutes before the one of ``now``, in epoch ms: one
+    reading of the clock for a whole test, which may cross into the next minute."""
+    return lambda ago: (int(now) // 60 - ago) * 60_000
 
 
 def test_the_chart_draws_whole_minutes_and_nothing_from_one(browser, server, engine,
@@ -373,6 +375,7 @@ def test_the_chart_draws_whole_minutes_and_nothing_from_one(browser, server, eng
     being counted is never drawn, only told."""
     q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
     q.offer("k", 1)
+    minute_ms = minutes_before(time.time())
     samples = {"every_seconds": 10, "problem": None, "since": minute_ms(1),
                "minute": minute_ms(0), "queues": {f"{q.name}|json": [
                    [minute_ms(1), 30, 20], [minute_ms(0), 5, 4]]}}

@@ -607,7 +607,11 @@ class QueueDao(FlowControl):
                  where: Sequence[str]) -> Sequence[Sequence]:
         """Lock and read up to ``limit`` due rows, as ``_claim_columns`` in claim order."""
         return conn.execute(self.select_due(tuple(where)),
-                            {"b_kind": pkind, "b_now": now_ms, "b_limit": limit}).fetchall()
+                            self.due_params(pkind, now_ms, limit)).fetchall()
+
+    def due_params(self, pkind: str, now_ms: int, limit: int) -> dict[str, Any]:
+        """The parameters of ``select_due``'s statement."""
+        return {"b_kind": pkind, "b_now": now_ms, "b_limit": limit}
 
     def select_due(self, where: tuple[str, ...] = ()) -> sa.Select:
         """``pick_due``'s statement (parameters b_kind, b_now, b_limit), built once per set of

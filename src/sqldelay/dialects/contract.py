@@ -152,6 +152,9 @@ class Dialect(Protocol):
                  where: Sequence[str]) -> Sequence[Sequence]:
         """Lock and read up to ``limit`` due rows."""
 
+    def due_params(self, pkind: str, now_ms: int, limit: int) -> dict[str, Any]:
+        """The parameters of ``select_due``'s statement."""
+
     def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
                            skip_locked: bool = False,

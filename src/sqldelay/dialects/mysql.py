@@ -13,6 +13,7 @@ import functools
 import re
 import weakref
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -213,10 +214,11 @@ class MySQLQueueDao(QueueDao):
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence]:
-        rows = conn.execute(self.select_due(tuple(where)),
-                            {"b_kind": pkind, "b_now": now_ms, "b_limit": limit,
-                             "b_walk": walk_length(limit)}).fetchall()
-        return sorted(rows, key=_claim_key)  # the locking read's order is not promised
+        # the locking read's order is not promised (``build_select_due``)
+        return sorted(super().pick_due(conn, pkind, now_ms, limit, where), key=_claim_key)
+
+    def due_params(self, pkind: str, now_ms: int, limit: int) -> dict[str, Any]:
+        return {**super().due_params(pkind, now_ms, limit), "b_walk": walk_length(limit)}
 
     def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
         # A locking read locks every row it examines, matching or not, and keeps the locks
