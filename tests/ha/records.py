@@ -7,11 +7,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pytest
 
 from sqldelay import DelayedQueue
+from tools import servers
 
+from ..conftest import IN_CI
 from ..fronts import unwrap
+from ..helpers import in_thread, wait_for
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -105,3 +114,35 @@ def record_acks(queue, records: Records) -> None:
                 records.ack_returned([e.key for e in envelopes])
             return done
     inner.ack_many = recorded
+
+
+def started_cluster(start: Callable[[], T]) -> Iterator[T]:
+    """For a fixture: the cluster ``start`` makes, destroyed after the test. A component
+    missing on this machine skips the test, or fails it when CI=true (.ci/run installs
+    them)."""
+    try:
+        made = start()
+    except servers.ServerMissing as exc:
+        if IN_CI:
+            pytest.fail(f"{exc}; CI=true requires the high-availability tests", pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield made
+    finally:
+        made.destroy()  # type: ignore[attr-defined]
+
+
+def run_until_handled(workers: list[Any], records: Records, count: int, engines: Iterable[Any],
+                      timeout: float = 180) -> None:
+    """Run ``workers`` until the handlers wrote down ``count`` keys, then stop them and
+    dispose of ``engines``."""
+    threads = [in_thread(w.run) for w in workers]
+    try:
+        wait_for(lambda: len(records.handled) == count, timeout, "every message handled")
+    finally:
+        for worker in workers:
+            worker.stop()
+        for thread in threads:
+            thread.join(60)
+        for engine in engines:
+            engine.dispose()

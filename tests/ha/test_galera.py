@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 import threading
 import time
 from datetime import timedelta
@@ -20,29 +19,19 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, UnsupportedFeatureError, Worker, create_schema
 from sqldelay.executor import patience
-from tools import ha, servers
+from tools import ha
 
 from ..helpers import in_thread, wait_for
-from .records import Records, record_acks
+from .records import Records, record_acks, run_until_handled, started_cluster
 
 pytestmark = pytest.mark.ha
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 ACQUIRE = timedelta(seconds=10)
 
 
 @pytest.fixture
 def cluster():
-    try:
-        made = ha.GaleraCluster(3)
-    except servers.ServerMissing as exc:
-        if IN_CI:
-            pytest.fail(f"{exc}; CI=true requires the high-availability tests", pytrace=False)
-        pytest.skip(str(exc))
-    try:
-        yield made
-    finally:
-        made.destroy()
+    yield from started_cluster(lambda: ha.GaleraCluster(3))
 
 
 class Deadlocks:
@@ -157,17 +146,8 @@ def test_claims_per_second_on_one_node_and_on_three(cluster, spread, capsys):
                       batch_size=20, idle_poll=timedelta(milliseconds=200))
                for i, n in enumerate(nodes)]
     started = time.monotonic()
-    threads = [in_thread(w.run) for w in workers]
-    try:
-        wait_for(lambda: len(records.handled) == len(keys), 180, "every message handled")
-        elapsed = max(t for runs in records.handled.values() for t, _ in runs) - started
-    finally:
-        for worker in workers:
-            worker.stop()
-        for thread in threads:
-            thread.join(60)
-        for engine in engines.values():
-            engine.dispose()
+    run_until_handled(workers, records, len(keys), engines.values())
+    elapsed = max(t for runs in records.handled.values() for t, _ in runs) - started
     with capsys.disabled():
         print(f"\n[galera, consumers on {spread}] {len(keys) / elapsed:.0f} claims/s "
               f"({elapsed:.1f}s for {len(keys)}); certification conflicts (1213) retried: "
@@ -202,16 +182,7 @@ def test_serial_groups_hold_across_nodes(cluster, capsys):
                       lambda e, n=n: handler(e, n), concurrency=4, batch_size=10,
                       idle_poll=timedelta(milliseconds=100))
                for n in cluster.names]
-    threads = [in_thread(w.run) for w in workers]
-    try:
-        wait_for(lambda: len(records.handled) == len(keys), 180, "every message handled")
-    finally:
-        for worker in workers:
-            worker.stop()
-        for thread in threads:
-            thread.join(60)
-        for engine in engines.values():
-            engine.dispose()
+    run_until_handled(workers, records, len(keys), engines.values())
     overlaps = [(group, a, b) for group, runs in intervals.items()
                 for a, b in itertools.pairwise(sorted(runs)) if b[0] < a[1]]
     with capsys.disabled():
@@ -255,16 +226,7 @@ def test_a_rate_limit_holds_across_nodes(cluster, spread, capsys):
                       lambda e, n=n: records.handle(e.key, n), concurrency=4, batch_size=10,
                       idle_poll=timedelta(milliseconds=100))
                for n in (["g0"] * 3 if spread == "one node" else cluster.names)]
-    threads = [in_thread(w.run) for w in workers]
-    try:
-        wait_for(lambda: len(records.handled) == len(keys), 180, "every message handled")
-    finally:
-        for worker in workers:
-            worker.stop()
-        for thread in threads:
-            thread.join(60)
-        for engine in engines.values():
-            engine.dispose()
+    run_until_handled(workers, records, len(keys), engines.values())
     starts = sorted(t for runs in records.handled.values() for t, _ in runs)
     elapsed = starts[-1] - starts[0]
     with capsys.disabled():

@@ -13,7 +13,6 @@ wake-ups are back after the failover.
 from __future__ import annotations
 
 import itertools
-import os
 import statistics
 import threading
 import time
@@ -24,15 +23,14 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, Worker, create_schema
 from sqldelay.executor import patience
-from tools import ha, servers
+from tools import ha
 
 from ..fronts import AsyncFront
 from ..helpers import in_thread, wait_for
-from .records import Records, record_acks
+from .records import Records, record_acks, started_cluster
 
 pytestmark = pytest.mark.ha
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 ACQUIRE = timedelta(seconds=10)
 PATIENCE = 30.0  # seconds the producers' offers wait out the failover
 IDLE_POLL = timedelta(seconds=5)  # long: a wake-up much sooner than this came by LISTEN
@@ -40,16 +38,7 @@ IDLE_POLL = timedelta(seconds=5)  # long: a wake-up much sooner than this came b
 
 @pytest.fixture
 def cluster():
-    try:
-        made = ha.PatroniCluster(synchronous=True)
-    except servers.ServerMissing as exc:
-        if IN_CI:
-            pytest.fail(f"{exc}; CI=true requires the high-availability tests", pytrace=False)
-        pytest.skip(str(exc))
-    try:
-        yield made
-    finally:
-        made.destroy()
+    yield from started_cluster(lambda: ha.PatroniCluster(synchronous=True))
 
 
 class Producers:
