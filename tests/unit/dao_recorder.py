@@ -126,6 +126,14 @@ class RecordingConnection:
         return cursor
 
 
+def existing_answers(dao, rows: list) -> list:
+    """The answers to an offer's reads of the existing ``rows`` of its keys: MySQL and
+    MariaDB read the rows' ids first, without locks, then the rows by id."""
+    if dao.name in ("mysql", "mariadb"):
+        return [[(i + 1,) for i in range(len(rows))], rows]
+    return [rows]
+
+
 def existing_row(pkey: str, payload: bytes, scheduled_at_initially: int, priority: int = 0,
                  group_key: str | None = None) -> tuple:
     """A row of the offer's read of existing messages, its columns in the read's order."""

@@ -20,6 +20,7 @@ from sqldelay.schema import dead_letter_table, queue_table, schema_tables
 from .dao_recorder import (
     RecordingConnection,
     ddl,
+    existing_answers,
     existing_row,
     flow_recordings,
     history_recordings,
@@ -63,7 +64,7 @@ def emitted(name: str) -> list[tuple[str, str]]:
     if name == "postgresql":  # one statement, whatever the update flags, answering with keys
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[("new", True, None)]])
     else:
-        record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [existing])
+        record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), existing_answers(dao, existing))
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))

@@ -17,7 +17,7 @@ from sqldelay.dialects import OfferRow
 from sqldelay.dialects.mysql import MariaDBQueueDao, MySQLQueueDao
 from sqldelay.schema import queue_table
 
-from .dao_recorder import RecordingConnection, existing_row, render
+from .dao_recorder import RecordingConnection, existing_answers, existing_row, render
 
 
 def connected(version: tuple[int, ...], *, mariadb: bool) -> sa.Dialect:
@@ -32,7 +32,7 @@ def connected(version: tuple[int, ...], *, mariadb: bool) -> sa.Dialect:
 def offered_update(dao_cls, dialect) -> str:
     dao = dao_cls(queue_table(sa.MetaData(), "dq"))
     existing = [existing_row(pkey="changed", payload=b"[0]", scheduled_at_initially=2000)]
-    conn = RecordingConnection(dialect, [existing])
+    conn = RecordingConnection(dialect, existing_answers(dao, existing))
     dao.offer(conn, "q|json", [OfferRow("changed", b"[1]", 2000, True)], 1)
     [update] = [render(s, p, dialect) for s, p in conn.executed if "DUPLICATE" in str(s)]
     return update
@@ -57,8 +57,8 @@ def test_an_update_of_several_rows_is_one_statement_whose_values_are_sent_once()
                                     (MariaDBQueueDao, connected((10, 11, 9), mariadb=True), False)):
         dao = dao_cls(queue_table(sa.MetaData(), "dq"))
         keys = ["a", "b", "c"]
-        conn = RecordingConnection(dialect, [[existing_row(pkey=k, payload=b"[0]",
-                                                  scheduled_at_initially=2000) for k in keys]])
+        conn = RecordingConnection(dialect, existing_answers(dao, [existing_row(
+            pkey=k, payload=b"[0]", scheduled_at_initially=2000) for k in keys]))
         rows = [OfferRow(k, b"[1]", 3000 + i, True, priority=i) for i, k in enumerate(keys)]
         dao.offer(conn, "q|json", rows, 1, "tester")
         [(sql, values)] = [(str(s), p) for s, p in conn.executed if "DUPLICATE" in str(s)]
