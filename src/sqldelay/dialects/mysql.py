@@ -167,7 +167,10 @@ class MySQLQueueDao(QueueDao):
 
     @functools.cached_property
     def _existing_ids(self) -> sa.Select:
-        """The ids of the offered keys' rows, read without locks (parameters b_kind, keys)."""
+        """The ids of the offered keys' rows, read without locks (parameters b_kind, keys),
+        through the unique index: left to itself the optimizer's path changed with the
+        table's statistics from one execution to the next (the unique index's range, the
+        queue's part of another index, the whole table)."""
         t = self.table
         return (sa.select(t.c.id).with_hint(t, f"FORCE INDEX ({t.name}_kind_key_uq)")
                 .where(t.c.pkind == sa.bindparam("b_kind"),
@@ -183,19 +186,6 @@ class MySQLQueueDao(QueueDao):
                 .where(t.c.pkind == sa.bindparam("b_kind"),
                        t.c.id.in_(sa.bindparam("ids", expanding=True)))
                 .order_by(t.c.id).with_for_update())
-
-    def select_existing(self) -> sa.Select:
-        # The optimizer's own choice for this read changed with the table's statistics
-        # from execution to execution: the unique index's range, a read of the queue's part
-        # of another index, a read of the whole table. A locking read locks rows in the
-        # order it reads them (and at REPEATABLE READ every row it passes), so two producers
-        # of overlapping batches planned differently locked the same rows in two orders:
-        # four producers of the same 200 keys in transactions of their own had up to 19 of
-        # 80 offers fail with 1213, and in sqldelay's up to 24 deadlocks retried (MariaDB
-        # 10.11). Through the unique index the rows are locked in its order, which
-        # ``lock_order`` sorts every chunk's keys in.
-        t = self.table
-        return super().select_existing().with_hint(t, f"FORCE INDEX ({t.name}_kind_key_uq)")
 
     def begin_read_committed(self, conn: sa.Connection) -> None:
         # At InnoDB's default REPEATABLE READ a locking read locks the gaps it passes:
@@ -392,7 +382,11 @@ class MySQLQueueDao(QueueDao):
         # producers of overlapping batches and two workers, MariaDB 10.11: 3,721 retries
         # and 7 offers failed in 30 s). So the rows' ids are read first without locks, then
         # the rows locked through the primary key in id order, the order an ack's DELETE
-        # locks them in. A row acked in between is gone from the second read: its key is
+        # locks them in, and every producer of overlapping batches too (a locking read
+        # locks rows in the order it reads them, at REPEATABLE READ every row it passes:
+        # four producers of the same 200 keys, planned differently, had up to 19 of 80
+        # offers fail with 1213 before the keys' read was held to one index). A row acked
+        # in between is gone from the second read: its key is
         # offered as a new one, as a key absent at the first read is. The read of the keys
         # is sent as the insert is (``_write_named``) where the driver takes it:
         # SQLAlchemy's expanding list of keys, made at every call, cost a third of the
