@@ -117,6 +117,9 @@ class Envelope(Generic[_Q]):
     enqueued_by: str | None = None  # who offered it (queues with history, or when given)
     claimed_by: str | None = None  # who claimed it: this consumer's name, when it has one
     trace_context: str | None = None  # the producer's trace context, stored by a traced offer
+    # acked or released by its holder (its handler, a task registry): a worker then sends no
+    # ack of its own, which could delete nothing
+    settled: bool = field(default=False, repr=False)
 
     @property
     def delivery(self) -> Delivery:

@@ -188,7 +188,9 @@ class DelayedQueue(QueueBase):
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
         call = self.ack_call(envelope)
         with self.tracer.span(ACK, self.name, 1):
-            return self._run(call, connection)
+            acked = self._run(call, connection)
+        envelope.settled = acked or envelope.settled
+        return acked
 
     def ack_many(self, envelopes: Sequence[Envelope], *,
                  connection: Connection | None = None) -> int:
@@ -204,7 +206,9 @@ class DelayedQueue(QueueBase):
                 connection: Connection | None = None) -> bool:
         """Give a claimed message back: due now, or after ``delay``. False if the lock is stale.
         ``error`` says why, when its handling failed (the history records a failure)."""
-        return self._run(self.release_call(envelope, delay, error), connection)
+        released = self._run(self.release_call(envelope, delay, error), connection)
+        envelope.settled = released or envelope.settled
+        return released
 
     def extend(self, envelope: Envelope, by: timedelta | None = None, *,
                connection: Connection | None = None) -> bool:

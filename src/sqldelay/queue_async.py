@@ -193,7 +193,9 @@ class AsyncDelayedQueue(QueueBase):
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
         call = self.ack_call(envelope)
         with self.tracer.span(ACK, self.name, 1):
-            return await self._run(call, connection)
+            acked = await self._run(call, connection)
+        envelope.settled = acked or envelope.settled
+        return acked
 
     async def ack_many(self, envelopes: Sequence[AsyncEnvelope], *,
                        connection: AsyncConnection | None = None) -> int:
@@ -209,7 +211,9 @@ class AsyncDelayedQueue(QueueBase):
                       connection: AsyncConnection | None = None) -> bool:
         """Give a claimed message back: due now, or after ``delay``. False if the lock is stale.
         ``error`` says why, when its handling failed (the history records a failure)."""
-        return await self._run(self.release_call(envelope, delay, error), connection)
+        released = await self._run(self.release_call(envelope, delay, error), connection)
+        envelope.settled = released or envelope.settled
+        return released
 
     async def extend(self, envelope: AsyncEnvelope, by: timedelta | None = None, *,
                      connection: AsyncConnection | None = None) -> bool:

@@ -187,7 +187,9 @@ class Tasks(TasksBase):
         write = self.result_op(task, envelope, value, started)
         if connection is not None:
             run_op(connection, write)
-        elif not queue.executor.run(self.acked_with(envelope, write), write=True):
+        elif queue.executor.run(self.acked_with(envelope, write), write=True):
+            envelope.settled = True  # acked with its result: the worker sends no ack of its own
+        else:
             log.warning("the lock of task message %s (%s) was lost before its result was "
                         "written: its result is not kept, and it runs again", envelope.key,
                         task.name)

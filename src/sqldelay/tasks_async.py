@@ -185,7 +185,9 @@ class AsyncTasks(TasksBase):
         write = self.result_op(task, envelope, value, started)
         if connection is not None:
             await run_op(connection, write)
-        elif not await queue.executor.run(self.acked_with(envelope, write), write=True):
+        elif await queue.executor.run(self.acked_with(envelope, write), write=True):
+            envelope.settled = True  # acked with its result: the worker sends no ack of its own
+        else:
             log.warning("the lock of task message %s (%s) was lost before its result was "
                         "written: its result is not kept, and it runs again", envelope.key,
                         task.name)

@@ -355,7 +355,9 @@ class AsyncWorker(WorkerBase):
                 self._running.discard(envelope)
                 self._rotation.done(self._name_of[id(envelope.queue)])
                 self._handled += held  # one that another consumer took is not handled here
-                if ok:
+                if ok and envelope.settled:  # its handler acked or released it itself
+                    self._acked += 1
+                elif ok:
                     self._to_ack.append(envelope)
                     self._acks_waiting.set()
                 if not self._buffer:

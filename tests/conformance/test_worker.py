@@ -458,6 +458,32 @@ def test_an_asynchronous_handler_is_awaited_or_refused_never_acked_unrun(make_qu
         assert q.contains("a") and ran == []
 
 
+def test_a_message_its_handler_acked_itself_gets_no_second_ack(make_queue, front):
+    # a handler (a task registry keeping a result) that acks its message in its own
+    # transaction: the worker's ack after it would delete nothing, a round trip for nothing
+    q = make_queue()
+    q.offer_many([Message("self", 1), Message("worker", 2)])
+    table = q.dao.table.name
+    deletes: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("DELETE") and f" {table} " in f"{statement} ":
+            deletes.append(statement)
+
+    def handler(envelope):
+        if envelope.key == "self":
+            assert envelope.ack()
+
+    events = front.events_of(front.engine)
+    sa.event.listen(events, "before_cursor_execute", count)
+    try:
+        assert front.worker(q, handler, batch_size=1, listeners=[]).drain() == 2
+    finally:
+        sa.event.remove(events, "before_cursor_execute", count)
+    assert not q.contains("self") and not q.contains("worker")
+    assert len(deletes) == 2  # the handler's ack of "self", the worker's of "worker"
+
+
 def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_url, table_name,
                                                    capsys, front):
     from sqldelay.cli import main
