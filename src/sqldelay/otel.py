@@ -12,10 +12,12 @@ only when asked for).
 
 with ``messaging.system`` = ``sqldelay``, ``messaging.destination.name`` = the queue,
 ``messaging.operation.name``, ``messaging.batch.message_count`` for batches and
-``messaging.message.id`` (the key) on a handler's span. An offer stores the producer's W3C
-``traceparent`` with each message it creates or changes; the handler's span, days later in
-another process, links to it (a link, not a parent: the request that scheduled a reminder has
-long ended when the reminder is sent), and the handler runs inside its span.
+``messaging.message.id`` (the key) on a handler's span, with ``messaging.sqldelay.task`` the
+task's name for a task message (``sqldelay.tasks``: a name a registry of the worker's process
+has, else ``(unregistered)``; the conventions name no attribute for it). An offer stores the
+producer's W3C ``traceparent`` with each message it creates or changes; the handler's span,
+days later in another process, links to it (a link, not a parent: the request that scheduled a
+reminder has long ended when the reminder is sent), and the handler runs inside its span.
 
     tracer = OpenTelemetryTracer()                  # the global TracerProvider, or pass one
     q = DelayedQueue(engine, "emails", tracer=tracer)
@@ -31,6 +33,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .messages import Envelope
+from .tasks_base import task_label
 from .tracing import ACK, CLAIM, OFFER, Tracer
 
 __all__ = ["OpenTelemetryTracer"]
@@ -72,6 +75,9 @@ class OpenTelemetryTracer(Tracer):
         attributes = _attributes(queue, "handle", "process")
         attributes["messaging.message.id"] = envelope.key
         attributes["messaging.sqldelay.attempt"] = envelope.attempt
+        task = task_label(envelope)
+        if task:
+            attributes["messaging.sqldelay.task"] = task
         links = []
         if envelope.trace_context:
             producer = trace.get_current_span(

@@ -5,10 +5,15 @@ imported only when asked for).
 to ``Worker(listeners=...)``) and a ``QueueListener`` (``DelayedQueue(listeners=...)``):
 
 - ``sqldelay_offered_total{queue,outcome}`` offers by outcome (created, updated, ignored);
-- ``sqldelay_claimed_total{queue}``, ``sqldelay_acked_total{queue}`` (handled and acked),
-  ``sqldelay_failed_total{queue}`` (will be retried), ``sqldelay_dead_lettered_total{queue}``;
-- ``sqldelay_handler_seconds{queue,outcome}`` a histogram of handler run time;
-- ``sqldelay_in_flight{queue}`` the messages this process's handlers are running.
+- ``sqldelay_claimed_total{queue,task}``, ``sqldelay_acked_total{queue,task}`` (handled and
+  acked), ``sqldelay_failed_total{queue,task}`` (will be retried),
+  ``sqldelay_dead_lettered_total{queue,task}``;
+- ``sqldelay_handler_seconds{queue,task,outcome}`` a histogram of handler run time;
+- ``sqldelay_in_flight{queue,task}`` the messages this process's handlers are running.
+
+``task`` is the name of a task message's task (``sqldelay.tasks``) when a registry of this
+process has it, ``(unregistered)`` when it names another, and empty for a message that is no
+task: its values are bounded by the tasks the worker's code registers.
 
 ``QueueDepthCollector`` reads the table itself when scraped: ``sqldelay_queue_due``,
 ``_scheduled``, ``_in_flight``, ``_dead_letters`` and ``sqldelay_queue_oldest_due_seconds`` for
@@ -36,6 +41,7 @@ from .errors import InvalidArgumentError
 from .inspection_base import QueueSummary
 from .listeners import QueueListener, WorkerListener
 from .messages import Envelope, OfferOutcome
+from .tasks_base import task_label
 
 __all__ = ["PrometheusListener", "QueueDepthCollector", "serve"]
 
@@ -48,19 +54,20 @@ class PrometheusListener(WorkerListener, QueueListener):
         r = self.registry
         self.offers = Counter("sqldelay_offered", "Messages offered, by outcome",
                               ["queue", "outcome"], registry=r)
-        self.claims = Counter("sqldelay_claimed", "Messages claimed by workers", ["queue"],
-                              registry=r)
-        self.acks = Counter("sqldelay_acked", "Messages handled and acked", ["queue"],
+        self.claims = Counter("sqldelay_claimed", "Messages claimed by workers",
+                              ["queue", "task"], registry=r)
+        self.acks = Counter("sqldelay_acked", "Messages handled and acked", ["queue", "task"],
                             registry=r)
         self.failures = Counter("sqldelay_failed", "Handler failures, retried later",
-                                ["queue"], registry=r)
+                                ["queue", "task"], registry=r)
         self.burials = Counter("sqldelay_dead_lettered", "Messages moved to the dead letters",
-                               ["queue"], registry=r)
+                               ["queue", "task"], registry=r)
         self.handler_seconds = Histogram("sqldelay_handler_seconds", "Handler run time",
-                                         ["queue", "outcome"], registry=r)
+                                         ["queue", "task", "outcome"], registry=r)
         self.running = Gauge("sqldelay_in_flight", "Messages this process's handlers run",
-                             ["queue"], registry=r)
-        self._began: dict[int, float] = {}
+                             ["queue", "task"], registry=r)
+        # id(envelope) -> when its handler began, and its labels then
+        self._began: dict[int, tuple[float, tuple[str, str]]] = {}
         self._lock = threading.Lock()
 
     def offered(self, queue: str, outcomes: Sequence[OfferOutcome]) -> None:
@@ -69,33 +76,37 @@ class PrometheusListener(WorkerListener, QueueListener):
 
     def picked(self, envelopes: Sequence[Envelope]) -> None:
         for env in envelopes:
-            self.claims.labels(env.queue.name).inc()
+            self.claims.labels(*_labels(env)).inc()
 
     def started(self, envelope: Envelope) -> None:
+        labels = _labels(envelope)
         with self._lock:
-            self._began[id(envelope)] = time.perf_counter()
-        self.running.labels(envelope.queue.name).inc()
+            self._began[id(envelope)] = (time.perf_counter(), labels)
+        self.running.labels(*labels).inc()
 
     def succeeded(self, envelope: Envelope, elapsed: timedelta) -> None:
-        self._finished(envelope, "acked")
-        self.acks.labels(envelope.queue.name).inc()
+        self.acks.labels(*self._finished(envelope, "acked")).inc()
 
     def failed(self, envelope: Envelope, error: BaseException, retry_in: timedelta) -> None:
-        self._finished(envelope, "failed")
-        self.failures.labels(envelope.queue.name).inc()
+        self.failures.labels(*self._finished(envelope, "failed")).inc()
 
     def dead_lettered(self, envelope: Envelope, error: BaseException) -> None:
-        self._finished(envelope, "dead_lettered")
-        self.burials.labels(envelope.queue.name).inc()
+        self.burials.labels(*self._finished(envelope, "dead_lettered")).inc()
 
-    def _finished(self, envelope: Envelope, outcome: str) -> None:
+    def _finished(self, envelope: Envelope, outcome: str) -> tuple[str, str]:
+        """The labels of a handler's end (those it started with), its time observed."""
         with self._lock:
             began = self._began.pop(id(envelope), None)
         if began is None:
-            return
-        self.running.labels(envelope.queue.name).dec()
-        self.handler_seconds.labels(envelope.queue.name, outcome).observe(
-            time.perf_counter() - began)
+            return _labels(envelope)
+        at, labels = began
+        self.running.labels(*labels).dec()
+        self.handler_seconds.labels(*labels, outcome).observe(time.perf_counter() - at)
+        return labels
+
+
+def _labels(envelope: Envelope) -> tuple[str, str]:
+    return envelope.queue.name, task_label(envelope)
 
 
 class QueueDepthCollector:

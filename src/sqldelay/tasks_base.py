@@ -27,6 +27,7 @@ import inspect
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -55,6 +56,12 @@ DEFAULT_PRUNE_EVERY = timedelta(minutes=10)
 PRUNE_BATCH = 500
 # a failure that another attempt cannot mend: buried at once
 NO_RETRY = RetryPolicy.fixed(timedelta(0), max_attempts=1)
+# the task label of a message that names a task no registry of this process has: metrics
+# and traces label by registered names only, so a producer's stray names cannot multiply
+# their series
+UNREGISTERED = "(unregistered)"
+# every registry of this process, for task_label
+_registries: weakref.WeakSet[TasksBase] = weakref.WeakSet()
 
 
 class TaskStatus(enum.Enum):
@@ -281,6 +288,7 @@ class TasksBase:
         self.prune_every = prune_every
         self._tasks: dict[str, TaskBase] = {}
         self._pruned: dict[tuple, float] = {}  # (engine, table, pkind) -> monotonic time
+        _registries.add(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.queue!r}, tasks={sorted(self._tasks)})"
@@ -337,6 +345,10 @@ class TasksBase:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    def knows(self, name: str) -> bool:
+        """Whether a message naming task ``name`` is one of this registry's (task_label)."""
+        return name in self._tasks
 
     # ---- running: the worker's handler ---------------------------------------------------
 
@@ -507,6 +519,19 @@ def status_op(queue: Any, key: str, since_ms: int | None = None
     return op
 
 
+def task_label(envelope: Envelope) -> str:
+    """The task of a claimed message as metrics and traces label it: its task's name when a
+    registry of this process has that task, UNREGISTERED when it names another, "" when it
+    is no task message. Bounded by the names registered, whatever the payloads hold."""
+    payload = envelope.payload
+    name = payload.get("task") if isinstance(payload, dict) else None
+    if not isinstance(name, str):
+        return ""
+    if any(registry.knows(name) for registry in list(_registries)):
+        return name
+    return UNREGISTERED
+
+
 def chunked(items: Sequence, size: int) -> list[Sequence]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
@@ -576,4 +601,4 @@ def run_coroutine(coroutine: Any) -> Any:
 
 __all__ = ["DEFER_OPTIONS", "OfferOutcome", "ResultError", "TaskArgumentsError", "TaskBase",
            "TaskContext", "TaskFailed", "TaskResult", "TaskStatus", "TasksBase",
-           "UnknownTaskError"]
+           "UNREGISTERED", "UnknownTaskError", "task_label"]

@@ -31,7 +31,8 @@ class Tracer:
         return None
 
     def process(self, envelope: Envelope) -> AbstractContextManager[None]:
-        """Around a worker's handler of ``envelope``."""
+        """Around a worker's handler of ``envelope`` (``tasks_base.task_label`` names its task,
+        for a task message)."""
         return nullcontext()
 
 

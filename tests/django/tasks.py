@@ -41,3 +41,8 @@ def fails(message: str) -> None:
 async def awaits(n: int) -> int:
     await asyncio.sleep(0)
     return n * 3
+
+
+@task
+def labelled() -> None:
+    """Deferred by no test: a worker meets its name first in a message (the metrics' label)."""

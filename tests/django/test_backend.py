@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from sqldelay import InvalidArgumentError
 from sqldelay.django import SqlDelayBackend
+from sqldelay.tasks_base import UNREGISTERED, task_label
 
 from . import tasks
 
@@ -183,6 +184,14 @@ class BackendTests(TransactionTestCase):
         backend.worker(["anything"]).drain()
         with self.assertRaises(TaskResultDoesNotExist):
             backend.get_result(result.id)  # ran, and nothing is kept
+
+    def test_metrics_and_traces_name_a_django_task_from_its_first_message(self) -> None:
+        queue = default_task_backend.registry("default").queue
+        queue.offer("first", {"task": "tests.django.tasks.labelled"})
+        queue.offer("stray", {"task": "os.path.join"})  # importable, but no Django task
+        labels = {e.key: task_label(e) for e in queue.poll_many(2)}
+        self.assertEqual(labels, {"first": "tests.django.tasks.labelled",
+                                  "stray": UNREGISTERED})
 
 
 class SettingsTests(SimpleTestCase):

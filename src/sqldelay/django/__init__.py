@@ -302,17 +302,29 @@ class DjangoTasks(Tasks):
         payload = envelope.payload
         name = payload.get("task") if isinstance(payload, dict) else None
         if isinstance(name, str) and name not in self._tasks:
-            try:
-                django_task = import_string(name)
-            except (ImportError, AttributeError) as exc:
-                raise UnknownTaskError(
-                    f"message {envelope.key!r} names task {name!r}, which cannot be imported: "
-                    f"{exc}") from None
-            if not hasattr(django_task, "module_path") or not hasattr(django_task, "func"):
-                raise UnknownTaskError(
-                    f"message {envelope.key!r} names {name!r}, which is not a Django task")
-            self.task_for(django_task)
+            self._import(name, f"message {envelope.key!r}")
         return super().decode(envelope)
+
+    def knows(self, name: str) -> bool:
+        """Whether ``name`` is a Django task (imported and registered the first time): a
+        worker's metrics and traces label its first message of a task by name too."""
+        if name in self._tasks:
+            return True
+        try:
+            self._import(name, "a message")
+        except UnknownTaskError:
+            return False
+        return True
+
+    def _import(self, name: str, what: str) -> None:
+        try:
+            django_task = import_string(name)
+        except (ImportError, AttributeError) as exc:
+            raise UnknownTaskError(
+                f"{what} names task {name!r}, which cannot be imported: {exc}") from None
+        if not hasattr(django_task, "module_path") or not hasattr(django_task, "func"):
+            raise UnknownTaskError(f"{what} names {name!r}, which is not a Django task")
+        self.task_for(django_task)
 
 
 class WorkerHandler:
