@@ -46,7 +46,7 @@ def check_text(value: Any, what: str, max_length: int) -> None:
             "which not every supported database can store")
 
 
-def check_texts(values: list, what: str, max_length: int) -> None:
+def check_texts(values: list[Any], what: str, max_length: int) -> None:
     """``check_text`` of each of ``values``, in one pass over them all where every one is
     fine (an ``offer_many``'s keys: half the cost of checking each); only otherwise
     each on its own, to name the first that is not."""

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -183,7 +184,7 @@ def install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
-    def on_signal(signum, frame) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)
         # stop() takes locks the interrupted code may hold: call it from a fresh thread
         threading.Thread(target=stop, daemon=True).start()

@@ -80,7 +80,7 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     return event.is_set()
 
 
-_notifying: set[asyncio.Task] = set()  # references to running notify tasks (see asyncio docs)
+_notifying: set[asyncio.Task[None]] = set()  # references to running notify tasks (see asyncio docs)
 
 
 async def run_blocking(fn: Callable[[], T]) -> T:
@@ -124,7 +124,7 @@ def notify_all_soon(cond: asyncio.Condition) -> None:
 class Spawned:
     """A task running beside the caller: ``await join(timeout)``, ``alive``."""
 
-    def __init__(self, task: asyncio.Task) -> None:
+    def __init__(self, task: asyncio.Task[None]) -> None:
         self._task = task
 
     @property

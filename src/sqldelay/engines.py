@@ -15,11 +15,17 @@ The command line builds its engines here; applications may too, or call SQLAlche
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
 from .errors import SqlDelayError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+_E = TypeVar("_E", sa.Engine, "AsyncEngine")  # what _made makes
 
 # driver name in a URL -> (module it imports, sqldelay extra that installs it)
 DRIVERS = {
@@ -64,7 +70,7 @@ def create_engine(url: str | sa.URL, **kwargs: Any) -> sa.Engine:
                                  f"{blocking.drivername}:// instead, and {exc}") from None
 
 
-def create_async_engine(url: str | sa.URL, **kwargs: Any):
+def create_async_engine(url: str | sa.URL, **kwargs: Any) -> AsyncEngine:
     """An ``AsyncEngine`` for ``url``, whose driver is made the database's async one if the
     URL names a blocking driver or none."""
     from sqlalchemy.ext.asyncio import create_async_engine as make
@@ -105,7 +111,7 @@ def _parse(url: str | sa.URL) -> sa.URL:
         raise SqlDelayError(f"not a database URL: {url!r} ({exc})") from None
 
 
-def _made(url: sa.URL, make, kwargs: dict):
+def _made(url: sa.URL, make: Callable[..., _E], kwargs: dict[str, Any]) -> _E:
     try:
         return make(url, **kwargs)
     except ModuleNotFoundError as exc:

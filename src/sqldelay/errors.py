@@ -1,5 +1,12 @@
 """The exceptions sqldelay raises on purpose."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .messages import OfferOutcome
+
 
 class SqlDelayError(Exception):
     """Base class of every error raised by sqldelay itself."""
@@ -31,7 +38,8 @@ class ShardUnavailableError(SqlDelayError):
     ``outcomes`` holds the outcomes of the messages the other shards took (None for those of
     the unreachable shards), in input order."""
 
-    def __init__(self, message: str, shard: str, outcomes: list | None = None) -> None:
+    def __init__(self, message: str, shard: str,
+                 outcomes: list[OfferOutcome | None] | None = None) -> None:
         super().__init__(message)
         self.shard = shard
         self.outcomes = outcomes

@@ -11,6 +11,7 @@ off its shape and stamped first, and the migrations go on from there.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from alembic import command
@@ -34,6 +35,9 @@ from .schema import (
     require_async_engine,
     tuning_check,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -83,7 +87,7 @@ def create_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE,
     return queue_table(sa.MetaData(), table_name)
 
 
-async def create_schema_async(engine, *, table_name: str = DEFAULT_TABLE,
+async def create_schema_async(engine: AsyncEngine, *, table_name: str = DEFAULT_TABLE,
                               tuning: str | None = None, history: bool = False) -> sa.Table:
     """``create_schema`` for an asyncio ``AsyncEngine``: the same migrations, on its driver."""
     check_table_name(table_name)

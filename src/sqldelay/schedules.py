@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -113,7 +114,7 @@ class PeriodicSchedule(Schedule):
         return json.dumps({"every_ms": self.every_ms})
 
 
-def daily(at_hours, tz: str | ZoneInfo = "UTC") -> CronSchedule:
+def daily(at_hours: Iterable[int], tz: str | ZoneInfo = "UTC") -> CronSchedule:
     """Every day at the given whole hours (0-23) of ``tz``'s wall clock."""
     if isinstance(at_hours, int | str) or not hasattr(at_hours, "__iter__"):
         raise InvalidArgumentError(f"at_hours must be a list of hours, got {at_hours!r}")

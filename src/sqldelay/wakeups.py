@@ -15,15 +15,19 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
-QueueId = tuple
+if TYPE_CHECKING:
+    from .queue_base import QueueBase
+
+# backend, host, port, database name, table, queue
+QueueId = tuple[str, str | None, int | None, str | None, str, str]
 
 _lock = threading.Lock()
 _sleepers: dict[QueueId, set[Sleeper]] = {}
 
 
-def queue_id(queue: Any) -> QueueId:
+def queue_id(queue: QueueBase) -> QueueId:
     url = queue.engine.url
     return (url.get_backend_name(), url.host, url.port, url.database, queue.dao.table.name,
             queue.pkind)
@@ -39,7 +43,7 @@ class Sleeper:
         self.until_ms: float = math.inf
 
 
-def register(queues: Iterable[Any], sleeper: Sleeper) -> Callable[[], None]:
+def register(queues: Iterable[QueueBase], sleeper: Sleeper) -> Callable[[], None]:
     """Let offers to ``queues`` wake ``sleeper``; returns the call that stops it."""
     ids = {queue_id(q) for q in queues}
     with _lock:
@@ -58,7 +62,7 @@ def register(queues: Iterable[Any], sleeper: Sleeper) -> Callable[[], None]:
     return unregister
 
 
-def offered(queue: Any, earliest_ms: int) -> None:
+def offered(queue: QueueBase, earliest_ms: int) -> None:
     """An offer to ``queue`` committed a message due at ``earliest_ms`` (the earliest it
     wrote): wake the sleepers that would look later than that."""
     if not _sleepers:  # no worker in this process: nothing to look up
