@@ -3,9 +3,10 @@
     python -m tests.django.runtests                 # sqlite, postgresql, mariadb
     python -m tests.django.runtests sqlite          # one of them
 
-from the repository's root, in a Python where Django 6 is installed (``.ci/run`` builds
-``.venv-django`` for it). A server that cannot be reached fails the run when CI=true and is
-skipped otherwise, as in the rest of the suite."""
+from the repository's root, in a Python where Django 6 is installed, or Django 4.2-5.2 with the
+django-tasks backport (``.ci/run`` builds ``.venv-django`` for the first on Python 3.12, and
+``.venv-django-backport`` for Django 5.2 on the suite's Python). A server that cannot be
+reached fails the run when CI=true and is skipped otherwise, as in the rest of the suite."""
 
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def reachable(which: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    import django
+
     if len(argv) == 2 and argv[0] == "--one":
         return run_one(argv[1])
     chosen = argv or list(DATABASES)
@@ -75,7 +78,8 @@ def main(argv: list[str]) -> int:
             else:
                 print(f"{which}: skipped, unreachable ({problem})")
             continue
-        print(f"== Django backend tests on {which}", flush=True)
+        print(f"== Django backend tests on {which}, Django {django.get_version()} with "
+              f"{framework()}", flush=True)
         # a process per database: Django's settings are read once per process
         if subprocess.run([sys.executable, "-m", "tests.django.runtests", "--one", which]
                           ).returncode:
@@ -83,6 +87,17 @@ def main(argv: list[str]) -> int:
     if failed:
         print("Django backend tests failed on: " + ", ".join(failed))
     return 1 if failed else 0
+
+
+def framework() -> str:
+    """Which tasks framework the backend takes here: Django's own or the backport."""
+    try:
+        import django.tasks  # noqa: F401
+    except ImportError:
+        from importlib.metadata import version
+
+        return f"the django-tasks backport {version('django-tasks')}"
+    return "django.tasks"
 
 
 if __name__ == "__main__":

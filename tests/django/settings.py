@@ -8,11 +8,14 @@ import os
 import tempfile
 from pathlib import Path
 
+import django
 from sqlalchemy.engine import make_url
 
 SECRET_KEY = "sqldelay-tests"
 USE_TZ = True
 INSTALLED_APPS = ["sqldelay.django"]
+if django.VERSION < (6,):  # the django-tasks backport: an app of its own
+    INSTALLED_APPS.insert(0, "django_tasks")
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
 _which = os.environ.get("SQLDELAY_DJANGO_DB", "sqlite")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from django.tasks import task
+from sqldelay.django.framework import task
 
 RAN: list = []
 

@@ -10,14 +10,21 @@ from datetime import timedelta
 from asgiref.sync import async_to_sync
 from django.core.management import call_command
 from django.db import transaction
-from django.tasks import TaskResultStatus, default_task_backend, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import SimpleTestCase, TransactionTestCase
 from django.utils import timezone
 
 from sqldelay import InvalidArgumentError
 from sqldelay.django import SqlDelayBackend
+from sqldelay.django.framework import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    default_task_backend,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from sqldelay.tasks_base import UNREGISTERED, task_label
 
 from . import tasks

@@ -1,4 +1,5 @@
-"""A backend for Django's tasks framework (``django.tasks``, Django 6) on sqldelay's queues.
+"""A backend for Django's tasks framework on sqldelay's queues: ``django.tasks`` on Django 6,
+the ``django-tasks`` backport on Django 4.2-5.2 (``framework``).
 
     TASKS = {"default": {
         "BACKEND": "sqldelay.django.SqlDelayBackend",
@@ -43,13 +44,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from django.db import close_old_connections, connections, transaction
-from django.tasks import TaskContext, TaskResult, TaskResultStatus
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from ..errors import InvalidArgumentError
@@ -58,6 +53,19 @@ from ..queue import DelayedQueue
 from ..retry import RetryPolicy
 from ..tasks import Task, Tasks
 from ..tasks_base import NO_RETRY, TaskStatus, UnknownTaskError, status_op
+from .framework import (
+    BaseTaskBackend,
+    InvalidTask,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 
 log = logging.getLogger("sqldelay.django")
 

@@ -20,9 +20,8 @@ class SqlDelayConfig(AppConfig):
 def create_tables(sender, using: str = "default", **kwargs) -> None:
     """After ``migrate`` of database ``using``: the tables of the sqldelay backends on it.
     Once per migrate run (Django sends post_migrate once per app)."""
-    from django.tasks import task_backends
-
     from . import SqlDelayBackend
+    from .framework import task_backends
 
     if sender.label != "sqldelay":
         return

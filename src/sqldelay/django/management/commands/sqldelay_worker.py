@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
-from django.tasks import task_backends
 
 from sqldelay.django import SqlDelayBackend
+from sqldelay.django.framework import task_backends
 from sqldelay.errors import InvalidArgumentError
 
 
