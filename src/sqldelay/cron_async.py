@@ -6,7 +6,7 @@ same ticks under the same keys: a schedule installed by two processes is one sch
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -118,6 +118,23 @@ class AsyncCronService(CronServiceBase):
         """Install ticks every day at the whole hours ``at_hours`` of ``tz``'s wall clock."""
         return await self._install(prefix, daily(at_hours, tz), payload, payload_fn, ahead,
                                    version, priority)
+
+    async def install_task(self, task: Any, when: str | timedelta | Schedule, *,
+                           args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                           prefix: str | None = None, tz: str | ZoneInfo = "UTC",
+                           ahead: int = 4, version: str = "",
+                           priority: int | None = None) -> AsyncCronHandle:
+        """Install ticks that each run ``task`` (``@tasks.task``) with these arguments,
+        checked now as ``defer`` checks them (InvalidArgumentError, nothing installed).
+        ``when``: a 5-field cron expression (or ``@daily``, …) in ``tz``, a timedelta
+        (``install_periodic``'s ticks), or a Schedule (``sqldelay.schedules.daily``).
+        ``prefix``: the schedule's name, default the task's name; ``priority``: default the
+        task's. New arguments are a new configuration: they replace the ticks stored."""
+        installation = self.prepare_task(task, when, args, kwargs, prefix, tz, ahead, version,
+                                         priority)
+        return await self._install(installation.prefix, installation.schedule,
+                                   installation.payload, None, ahead, version,
+                                   installation.priority)
 
     async def _install(self, prefix: str, schedule: Schedule, payload: Any,
                        payload_fn: Callable[[datetime], Any] | None, ahead: int,

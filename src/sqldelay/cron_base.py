@@ -27,10 +27,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
@@ -38,7 +39,7 @@ from .clock import duration_ms, from_ms, require_aware, to_ms
 from .errors import InvalidArgumentError
 from .history import process_actor
 from .messages import Message, OfferOutcome
-from .schedules import Schedule
+from .schedules import CronSchedule, PeriodicSchedule, Schedule
 from .serializers import encode_payload
 
 MAX_PREFIX = 100
@@ -143,6 +144,34 @@ class CronServiceBase:
         return Installation(prefix, hash_config(schedule, encoded, version, priority), schedule,
                             ahead, payload, payload_fn, priority)
 
+    def prepare_task(self, task: Any, when: Any, args: Sequence[Any],
+                     kwargs: Mapping[str, Any] | None, prefix: str | None,
+                     tz: str | ZoneInfo, ahead: int, version: str,
+                     priority: int | None) -> Installation:
+        """``prepare`` for ticks that call ``task`` (of ``sqldelay.tasks``, either front end)
+        with these arguments, checked as ``defer`` checks them. ``when``: a cron expression
+        (in ``tz``), a timedelta (periodic ticks), or a Schedule. ``prefix``: default the
+        task's name. ``priority``: default the task's."""
+        from .errors import PayloadError
+        from .tasks_base import TaskBase
+
+        if not isinstance(task, TaskBase):
+            raise InvalidArgumentError(f"install_task takes a task (@tasks.task), got {task!r}")
+        if (task.queue.name, task.queue.dao.table.name) != (self.queue.name,
+                                                            self.queue.dao.table.name):
+            raise InvalidArgumentError(
+                f"task {task.name} goes to queue {task.queue.name!r}: install it with that "
+                f"queue's cron()")
+        schedule = schedule_of(when, tz)
+        payload = task.payload(args, {} if kwargs is None else kwargs)
+        try:
+            return self.prepare(task.name if prefix is None else prefix, schedule, payload,
+                                None, ahead, version,
+                                task.priority if priority is None else priority)
+        except PayloadError as exc:
+            task.explain_payload_error(exc, [(args, kwargs or {})])
+            raise
+
     def next_wait(self, installation: Installation, now: datetime) -> float:
         """Seconds from ``now`` until an installer should install again."""
         first = installation.schedule.ticks(now, 1)[0]
@@ -212,6 +241,19 @@ class CronServiceBase:
                     for (p, h), (at, pending, held) in sorted(found.items())]
 
         return op
+
+
+def schedule_of(when: Any, tz: str | ZoneInfo = "UTC") -> Schedule:
+    """The schedule ``when`` names: a cron expression (in ``tz``), a timedelta (periodic
+    ticks), or a Schedule as it is."""
+    if isinstance(when, Schedule):
+        return when
+    if isinstance(when, str):
+        return CronSchedule.parse(when, tz)
+    if isinstance(when, timedelta):
+        return PeriodicSchedule.of(when)
+    raise InvalidArgumentError(
+        f"a schedule is a cron expression, a timedelta or a Schedule, got {when!r}")
 
 
 def hash_config(schedule: Schedule, payload: bytes | None, version: str = "",

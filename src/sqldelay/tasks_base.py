@@ -225,24 +225,30 @@ class TaskBase:
                 f"takes as its own options: defer it with .enqueue(args, kwargs, ...)")
         return {name: kwargs.pop(name) for name in DEFER_OPTIONS if name in kwargs}
 
-    def message(self, args: Sequence[Any], kwargs: Mapping[str, Any], *, at: datetime | None,
-                key: str | None, replace: bool, priority: int | None,
-                group: str | None) -> Message:
-        """The message of one call, its arguments checked (their JSON is checked with the
-        offer, which encodes every payload before it writes any)."""
+    def payload(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The payload of one call, its arguments checked against the function (their JSON
+        is checked when it is encoded: explain_payload_error names the argument refused)."""
         if not isinstance(args, list | tuple):
             raise InvalidArgumentError(
                 f"args must be a list or tuple, got {type(args).__name__}")
         if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
             raise InvalidArgumentError("kwargs must be a mapping of argument names")
         self.check_arguments(args, kwargs)
-        if not isinstance(replace, bool):
-            raise InvalidArgumentError(f"replace must be True or False, got {replace!r}")
         payload: dict[str, Any] = {"task": self.name}
         if args:
             payload["args"] = list(args)
         if kwargs:
             payload["kwargs"] = dict(kwargs)
+        return payload
+
+    def message(self, args: Sequence[Any], kwargs: Mapping[str, Any], *, at: datetime | None,
+                key: str | None, replace: bool, priority: int | None,
+                group: str | None) -> Message:
+        """The message of one call, its arguments checked (their JSON is checked with the
+        offer, which encodes every payload before it writes any)."""
+        payload = self.payload(args, kwargs)
+        if not isinstance(replace, bool):
+            raise InvalidArgumentError(f"replace must be True or False, got {replace!r}")
         return Message(uuid.uuid4().hex if key is None else key, payload, at, update=replace,
                        priority=self.priority if priority is None else priority,
                        group=self.group if group is None else group)
