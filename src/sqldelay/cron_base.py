@@ -169,7 +169,8 @@ class CronServiceBase:
                                 None, ahead, version,
                                 task.priority if priority is None else priority)
         except PayloadError as exc:
-            task.explain_payload_error(exc, [(args, kwargs or {})])
+            task.explain_payload_error(exc, [(payload.get("args", []),
+                                              payload.get("kwargs", {}))])
             raise
 
     def next_wait(self, installation: Installation, now: datetime) -> float:

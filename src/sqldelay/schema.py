@@ -13,13 +13,19 @@ classes down when it is imported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from .errors import InvalidArgumentError, UnsupportedDialectError
+
+if TYPE_CHECKING:
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.sql.compiler import GenericTypeCompiler
+    from sqlalchemy.sql.ddl import BaseDDLElement
 
 DEFAULT_TABLE = "delayed_queue"
 KEY_LENGTH = 200
@@ -63,22 +69,22 @@ class QueueText(sa.Unicode):
 
 
 @compiles(QueueText)
-def _text_default(type_, compiler, **kw):
+def _text_default(type_: QueueText, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return compiler.visit_unicode(type_, **kw)
 
 
 @compiles(QueueId)
-def _id_default(type_, compiler, **kw):
+def _id_default(type_: QueueId, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return compiler.visit_BIGINT(type_, **kw)
 
 
 @compiles(QueueKey)
-def _key_default(type_, compiler, **kw):
+def _key_default(type_: QueueKey, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return compiler.visit_VARCHAR(type_, **kw)
 
 
 @compiles(QueuePayload)
-def _payload_default(type_, compiler, **kw):
+def _payload_default(type_: QueuePayload, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return compiler.visit_large_binary(type_, **kw)
 
 
@@ -88,7 +94,7 @@ SCHEMA_VERSION = "0009"
 
 class _Column(NamedTuple):
     since: str  # the migration that added it
-    make: Callable[[], sa.Column]
+    make: Callable[[], sa.Column[Any]]
 
 
 class _Index(NamedTuple):
@@ -115,8 +121,10 @@ class _Index(NamedTuple):
         return span is not None and span[0] <= revision and (span[1] is None
                                                              or span[1] > revision)
 
-    def options(self) -> dict:
-        """The partial index's condition, for each database that keeps partial indexes."""
+    def options(self) -> dict[str, Any]:
+        """The partial index's condition, for each database that keeps partial indexes: the
+        ``<dialect>_where`` keyword arguments of an Index or ``create_index`` (typed Any, as
+        their ``**kw`` is, so that they may sit beside the typed keywords)."""
         if self.where is None:
             return {}
         return {f"{name}_where": sa.text(self.where) for name in _partial_dialects()}
@@ -152,7 +160,7 @@ class _TableSpec(NamedTuple):
                 index.ddl_if(callable_=_made_on)
         return table
 
-    def create_op(self, op, table_name: str, revision: str) -> None:
+    def create_op(self, op: MigrationOps, table_name: str, revision: str) -> None:
         """Create the table as revision ``revision`` has it, from an Alembic migration."""
         name, partial = self.name(table_name), _keeps_partial(op)
         op.create_table(name, *(c.make() for c in self.columns if c.since <= revision))
@@ -160,7 +168,7 @@ class _TableSpec(NamedTuple):
             if ix.exists_at(revision, partial):
                 _create_index(op, name, ix)
 
-    def upgrade_op(self, op, table_name: str, revision: str) -> None:
+    def upgrade_op(self, op: MigrationOps, table_name: str, revision: str) -> None:
         """Migration ``revision``'s step for this table."""
         if self.since == revision:
             self.create_op(op, table_name, revision)
@@ -178,13 +186,13 @@ class _TableSpec(NamedTuple):
             if since == revision:
                 _create_index(op, name, ix)
 
-    def _spans(self, op) -> list[tuple[_Index, tuple[str, str | None]]]:
+    def _spans(self, op: MigrationOps) -> list[tuple[_Index, tuple[str, str | None]]]:
         """Each index made on the database an Alembic migration runs on, with the migrations
         that make and drop it there."""
         partial = _keeps_partial(op)
         return [(ix, span) for ix in self.indexes if (span := ix.span(partial)) is not None]
 
-    def downgrade_op(self, op, table_name: str, revision: str) -> None:
+    def downgrade_op(self, op: MigrationOps, table_name: str, revision: str) -> None:
         """Undo migration ``revision``'s step for this table."""
         name = self.name(table_name)
         if self.since == revision:
@@ -204,6 +212,37 @@ class _TableSpec(NamedTuple):
                 _create_index(op, name, ix)
 
 
+class MigrationOps(Protocol):
+    """What the ``*_op`` functions (and the dialects' ``widen_error_text_op``) use of Alembic's
+    operations: the ``op`` module a migration imports (``from alembic import op``), or an
+    ``alembic.operations.Operations``."""
+
+    def get_context(self) -> MigrationContext: ...
+
+    def get_bind(self) -> sa.Connection: ...
+
+    def create_table(self, table_name: str, /, *columns: sa.schema.SchemaItem) -> sa.Table: ...
+
+    def drop_table(self, table_name: str, /) -> None: ...
+
+    def add_column(self, table_name: str, column: sa.Column[Any], /) -> None: ...
+
+    def drop_column(self, table_name: str, column_name: str, /) -> None: ...
+
+    def alter_column(self, table_name: str, column_name: str, /, *,
+                     new_column_name: str | None = None,
+                     type_: sa.types.TypeEngine[Any] | None = None,
+                     existing_nullable: bool | None = None) -> None: ...
+
+    def create_index(self, index_name: str | None, table_name: str,
+                     columns: Sequence[str | sa.TextClause | sa.ColumnElement[Any]], *,
+                     unique: bool = False, **kw: Any) -> None: ...
+
+    def drop_index(self, index_name: str, /, table_name: str | None = None) -> None: ...
+
+    def execute(self, sqltext: sa.Executable | str, /) -> None: ...
+
+
 # the keys of an Index's info holding whether it is made where partial indexes are kept
 # (True), where they are not (False), or both; and the condition of a partial one
 _PARTIAL, _WHERE = "sqldelay_partial", "sqldelay_where"
@@ -219,7 +258,7 @@ class DatabaseHooks(Protocol):
 
     def tuning_ddl(self, table: sa.Table, preset: str) -> list[str]: ...
 
-    def widen_error_text_op(self, op, table_name: str, online: bool) -> None: ...
+    def widen_error_text_op(self, op: MigrationOps, table_name: str, online: bool) -> None: ...
 
 
 # the dialect classes by SQLAlchemy dialect name, as the dialect layer registers them (as
@@ -244,16 +283,20 @@ def _partial_dialects() -> tuple[str, ...]:
     return tuple(name for name, dao in _DATABASES.items() if dao.partial_indexes)
 
 
-def _keeps_partial(op) -> bool:
+def _keeps_partial(op: MigrationOps) -> bool:
     """Whether the database an Alembic migration runs on keeps partial indexes."""
     return op.get_context().dialect.name in _partial_dialects()
 
 
-def _made_on(ddl, target: sa.schema.SchemaItem | str, bind, tables=None, state=None, *,
-             dialect: sa.Dialect | None = None, **kw) -> bool:
+def _made_on(ddl: BaseDDLElement, target: sa.schema.SchemaItem | str,
+             bind: sa.Connection | None, tables: list[sa.Table] | None = None,
+             state: object = None, *, dialect: sa.Dialect | None = None, **kw: object) -> bool:
     """``ddl_if``'s test: whether ``target`` (an index) is made on ``dialect``'s database."""
     assert isinstance(target, sa.Index)  # given to indexes alone
-    return index_made_on(target, dialect if dialect is not None else bind.dialect)
+    if dialect is None:
+        assert bind is not None  # SQLAlchemy gives the dialect, or else the connection
+        dialect = bind.dialect
+    return index_made_on(target, dialect)
 
 
 def index_made_on(index: sa.Index, dialect: sa.Dialect) -> bool:
@@ -267,14 +310,15 @@ def index_condition(index: sa.Index) -> str | None:
     return index.info.get(_WHERE)
 
 
-def _create_index(op, table: str, ix: _Index) -> None:
+def _create_index(op: MigrationOps, table: str, ix: _Index) -> None:
     op.create_index(table + ix.suffix, table, _elements(ix.columns), unique=ix.unique,
                     **ix.options())
 
 
-def _elements(columns: tuple[str, ...], table: sa.Table | None = None) -> list:
+def _elements(columns: tuple[str, ...], table: sa.Table | None = None,
+              ) -> list[str | sa.TextClause | sa.ColumnElement[Any]]:
     """Index elements: column names (Alembic) or columns (a Table), descending where asked."""
-    out: list[str | sa.TextClause | sa.ColumnElement] = []
+    out: list[str | sa.TextClause | sa.ColumnElement[Any]] = []
     for column in columns:
         name, _, order = column.partition(" ")
         if table is None:
@@ -499,7 +543,7 @@ def drop_schema(engine: sa.Engine, *, table_name: str = DEFAULT_TABLE) -> None:
         _drop(conn, table_name)
 
 
-async def drop_schema_async(engine, *, table_name: str = DEFAULT_TABLE) -> None:
+async def drop_schema_async(engine: AsyncEngine, *, table_name: str = DEFAULT_TABLE) -> None:
     """``drop_schema`` for an asyncio ``AsyncEngine``."""
     check_table_name(table_name)
     async with require_async_engine(engine, "drop_schema").begin() as conn:
@@ -519,7 +563,7 @@ def after_create(conn: sa.Connection) -> None:
     _database(conn.dialect).after_create_schema(conn)
 
 
-def require_async_engine(engine, name: str):
+def require_async_engine(engine: object, name: str) -> AsyncEngine:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     if not isinstance(engine, AsyncEngine):
@@ -545,7 +589,7 @@ def tuning_ddl(dialect: sa.Dialect, table_name: str, tuning: str | None) -> list
 
 # ---- Alembic: sqldelay's own migrations (the package's migrations/) and yours -----------
 
-def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None = None,
+def create_table_op(op: MigrationOps, table_name: str = DEFAULT_TABLE, *, tuning: str | None = None,
                     revision: str = SCHEMA_VERSION, history: bool = False) -> None:
     """Create every sqldelay table of ``table_name`` from inside your own Alembic migration,
     as schema version ``revision`` has them (default: this version's), with a tuning preset
@@ -560,7 +604,8 @@ def create_table_op(op, table_name: str = DEFAULT_TABLE, *, tuning: str | None =
         op.execute(statement)
 
 
-def upgrade_table_op(op, table_name: str, revision: str, *, history: bool = False) -> None:
+def upgrade_table_op(op: MigrationOps, table_name: str, revision: str, *,
+                     history: bool = False) -> None:
     """Schema version ``revision``'s step (one of ``migrations/versions``), for your own
     migrations: run each version's step in order to go from one version to another. The
     history table is made by its version's step only when ``history``; ``create_history_op``
@@ -571,7 +616,7 @@ def upgrade_table_op(op, table_name: str, revision: str, *, history: bool = Fals
             spec.upgrade_op(op, table_name, revision)
 
 
-def downgrade_table_op(op, table_name: str, revision: str) -> None:
+def downgrade_table_op(op: MigrationOps, table_name: str, revision: str) -> None:
     """The undoing of ``upgrade_table_op(op, table_name, revision)`` (a history table that
     was never made is passed over)."""
     check_table_name(table_name)
@@ -581,7 +626,7 @@ def downgrade_table_op(op, table_name: str, revision: str) -> None:
         spec.downgrade_op(op, table_name, revision)
 
 
-def create_history_op(op, table_name: str = DEFAULT_TABLE) -> None:
+def create_history_op(op: MigrationOps, table_name: str = DEFAULT_TABLE) -> None:
     """Add the history table to a schema at this version that was made without it."""
     check_table_name(table_name)
     HISTORY.create_op(op, table_name, SCHEMA_VERSION)
@@ -596,7 +641,7 @@ def missing_parts(conn: sa.Connection, table_name: str, revision: str, *,
     return [name for _, _, name in _missing(conn, table_name, revision, history)]
 
 
-def repair_op(op, table_name: str, revision: str, *, history: bool = False,
+def repair_op(op: MigrationOps, table_name: str, revision: str, *, history: bool = False,
               tuning: str | None = None, only: Collection[str] | None = None) -> list[str]:
     """Make again, from an Alembic migration context, what ``missing_parts`` finds, as schema
     version ``revision`` made it, with ``tuning`` applied to a queue table made again; every
@@ -659,7 +704,7 @@ def _missing(conn: sa.Connection, table_name: str, revision: str, history: bool)
     return out
 
 
-def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
+def drop_table_op(op: MigrationOps, table_name: str = DEFAULT_TABLE) -> None:
     """The downgrade of ``create_table_op``: every sqldelay table of ``table_name``."""
     check_table_name(table_name)
     for spec in reversed(TABLES):
@@ -667,13 +712,13 @@ def drop_table_op(op, table_name: str = DEFAULT_TABLE) -> None:
             op.drop_table(spec.name(table_name))
 
 
-def _exists(op, name: str) -> bool:
+def _exists(op: MigrationOps, name: str) -> bool:
     """Whether table ``name`` exists; offline (SQL output) it is taken to."""
     context = op.get_context()
     return context.as_sql or sa.inspect(op.get_bind()).has_table(name)
 
 
-def widen_error_text_op(op, table_name: str = DEFAULT_TABLE) -> None:
+def widen_error_text_op(op: MigrationOps, table_name: str = DEFAULT_TABLE) -> None:
     """Migration 0003: the dead letters' error text holds ``ERROR_LENGTH`` characters of any
     text on every database (SQL Server and Oracle declared too little room before)."""
     check_table_name(table_name)

@@ -120,7 +120,7 @@ class Task(TaskBase):
         at = self._due(at, delay)
         message = self.message(args, kwargs, at=at, key=key, replace=replace,
                                priority=priority, group=group)
-        return (self._offer([message], [(args, kwargs)], connection))[0]
+        return (self._offer([message], connection))[0]
 
     def defer_many(self, calls: Iterable[Mapping[str, Any]], *,
                    at: datetime | None = None, delay: timedelta | None = None,
@@ -132,7 +132,7 @@ class Task(TaskBase):
         at = self._due(at, delay)
         messages = [self.message(args, kwargs, at=at, key=None, replace=False,
                                  priority=priority, group=group) for args, kwargs in pairs]
-        return self._offer(messages, pairs, connection)
+        return self._offer(messages, connection)
 
     def handle(self, key: str) -> TaskHandle:
         """The handle of this task's message ``key`` (a key kept from an earlier defer)."""
@@ -143,15 +143,16 @@ class Task(TaskBase):
         check_when(at, delay)
         return at if delay is None else self.queue.now() + delay
 
-    def _offer(self, messages: list[Message], calls: list,
+    def _offer(self, messages: list[Message],
                connection: Connection | None) -> list[TaskHandle]:
         if not messages:
             return []
         since = self.queue.now_ms() - _SINCE_MARGIN_MS
         try:
             outcomes = self.queue.offer_many(messages, connection=connection)
-        except PayloadError as exc:
-            self.explain_payload_error(exc, calls)
+        except PayloadError as exc:  # named in the arguments as stored (models encoded)
+            self.explain_payload_error(exc, [(m.payload.get("args", []),
+                                              m.payload.get("kwargs", {})) for m in messages])
             raise
         return [TaskHandle(self.queue, m.key, task=self.name, outcome=outcome,
                            keeps_results=self.keeps_results, since_ms=since)

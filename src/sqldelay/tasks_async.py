@@ -118,7 +118,7 @@ class AsyncTask(TaskBase):
         at = await self._due(at, delay)
         message = self.message(args, kwargs, at=at, key=key, replace=replace,
                                priority=priority, group=group)
-        return (await self._offer([message], [(args, kwargs)], connection))[0]
+        return (await self._offer([message], connection))[0]
 
     async def defer_many(self, calls: Iterable[Mapping[str, Any]], *,
                          at: datetime | None = None, delay: timedelta | None = None,
@@ -130,7 +130,7 @@ class AsyncTask(TaskBase):
         at = await self._due(at, delay)
         messages = [self.message(args, kwargs, at=at, key=None, replace=False,
                                  priority=priority, group=group) for args, kwargs in pairs]
-        return await self._offer(messages, pairs, connection)
+        return await self._offer(messages, connection)
 
     def handle(self, key: str) -> AsyncTaskHandle:
         """The handle of this task's message ``key`` (a key kept from an earlier defer)."""
@@ -141,15 +141,16 @@ class AsyncTask(TaskBase):
         check_when(at, delay)
         return at if delay is None else await self.queue.now() + delay
 
-    async def _offer(self, messages: list[Message], calls: list,
+    async def _offer(self, messages: list[Message],
                      connection: AsyncConnection | None) -> list[AsyncTaskHandle]:
         if not messages:
             return []
         since = self.queue.now_ms() - _SINCE_MARGIN_MS
         try:
             outcomes = await self.queue.offer_many(messages, connection=connection)
-        except PayloadError as exc:
-            self.explain_payload_error(exc, calls)
+        except PayloadError as exc:  # named in the arguments as stored (models encoded)
+            self.explain_payload_error(exc, [(m.payload.get("args", []),
+                                              m.payload.get("kwargs", {})) for m in messages])
             raise
         return [AsyncTaskHandle(self.queue, m.key, task=self.name, outcome=outcome,
                                 keeps_results=self.keeps_results, since_ms=since)

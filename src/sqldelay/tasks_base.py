@@ -42,6 +42,7 @@ from .messages import Envelope, Message, OfferOutcome
 from .queue_base import check_priority
 from .retry import RetryPolicy
 from .schema import KEY_LENGTH, dead_letter_table, results_table
+from .task_arguments import ArgumentShapeError, parameter_codecs
 
 if TYPE_CHECKING:
     from .queue_base import QueueBase
@@ -180,6 +181,8 @@ class TaskBase:
         self.signature = signature.replace(parameters=params)
         # parameters that defer(**kwargs) would take for its own options
         self.clashes = [p.name for p in params if p.name in DEFER_OPTIONS]
+        # parameters annotated with dataclasses or pydantic models: encoded, then rebuilt
+        self.codecs = parameter_codecs(fn, self.signature)
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
         self.__qualname__ = getattr(fn, "__qualname__", name)
@@ -234,12 +237,40 @@ class TaskBase:
         if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
             raise InvalidArgumentError("kwargs must be a mapping of argument names")
         self.check_arguments(args, kwargs)
+        if self.codecs:
+            try:
+                args, kwargs = self.convert(args, kwargs, encode=True)
+            except ArgumentShapeError as exc:
+                raise InvalidArgumentError(f"task {self.name}: {exc}") from None
         payload: dict[str, Any] = {"task": self.name}
         if args:
             payload["args"] = list(args)
         if kwargs:
             payload["kwargs"] = dict(kwargs)
         return payload
+
+    def convert(self, args: Sequence[Any], kwargs: Mapping[str, Any], *, encode: bool
+                ) -> tuple[list, dict]:
+        """The arguments with those of dataclass or model parameters encoded to JSON (or,
+        ``encode=False``, rebuilt from it); ArgumentShapeError names the argument that does
+        not fit. Arguments already bound to the signature (check_arguments)."""
+        params = list(self.signature.parameters.values())
+        positional = [p.name for p in params
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+        def convert(name: str | None, what: str, value: Any) -> Any:
+            codec = self.codecs.get(name) if name is not None else None
+            if codec is None:
+                return value
+            try:
+                return codec.encode(value) if encode else codec.decode(value)
+            except ArgumentShapeError as exc:
+                raise ArgumentShapeError(f"{what}: {exc}") from None
+
+        new_args = [convert(positional[i] if i < len(positional) else None,
+                            f"argument {i + 1}", value) for i, value in enumerate(args)]
+        new_kwargs = {k: convert(k, f"argument {k!r}", v) for k, v in kwargs.items()}
+        return new_args, new_kwargs
 
     def message(self, args: Sequence[Any], kwargs: Mapping[str, Any], *, at: datetime | None,
                 key: str | None, replace: bool, priority: int | None,
@@ -379,7 +410,9 @@ class TasksBase:
                 f"message {envelope.key!r} of task {name}: malformed arguments in its payload")
         try:
             task.signature.bind(*args, **kwargs)
-        except TypeError as exc:
+            if task.codecs:
+                args, kwargs = task.convert(args, kwargs, encode=False)
+        except (TypeError, ArgumentShapeError) as exc:
             raise TaskArgumentsError(
                 f"the arguments of message {envelope.key!r} no longer fit task {name}: {exc}"
             ) from None
