@@ -37,6 +37,7 @@ from .messages import (
     QueueStats,
 )
 from .migrate import create_schema, create_schema_async
+from .outages import DEFAULT_PATIENCE, patience, set_default_patience
 from .queue import DelayedQueue
 from .queue_async import AsyncDelayedQueue
 from .retry import RetryPolicy
@@ -82,5 +83,6 @@ __all__ = [
     "SystemClock", "UnsupportedDialectError", "UnsupportedFeatureError", "Worker",
     "WorkerListener",
     "create_schema", "create_schema_async", "create_table_op", "drop_schema", "drop_schema_async",
-    "drop_table_op", "queue_table", "shard_name", "shard_score"
+    "drop_table_op", "queue_table", "shard_name", "shard_score",
+    "DEFAULT_PATIENCE", "patience", "set_default_patience",
 ]

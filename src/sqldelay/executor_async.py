@@ -6,18 +6,17 @@ caller's transaction: it neither commits nor retries (a deadlock has already rol
 caller's work back; only the caller can redo it), and an operation that writes takes the locks
 its reads need first, as it would in a transaction of its own (``QueueDao.join_write``).
 Otherwise each operation gets its own transaction, retried with bounded exponential backoff
-and jitter when the database reports a transient error. Within ``patience(seconds)``, an
-operation also waits out a database it has reached before and cannot reach now (a failover, a
-restart) for up to that long; a database never reached fails at once: a wrong address is not
-an outage to wait out.
+and jitter when the database reports a transient error. It also waits out a database it has
+reached before and cannot reach now (a failover, a restart) for up to its patience
+(``outages``: 10 seconds unless a ``patience`` block, the queue or the process says
+otherwise); a database never reached fails at once: a wrong address is not an outage to wait
+out. A caller's own transaction is never waited out: its error is the caller's to retry.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
@@ -33,33 +32,19 @@ from .concurrency_async import (
 )
 from .dialects import ErrorKind, QueueDao
 from .errors import SchemaMissingError
+from .outages import current_patience
+from .outages import patience as patience  # its former home: ``from sqldelay.executor import``
 
 T = TypeVar("T")
 log = logging.getLogger("sqldelay")
 
-# how long the operations of this thread or task wait out an outage (``patience``)
-_patience: ContextVar[float] = ContextVar("sqldelay_patience", default=0.0)
-
-
-@contextlib.contextmanager
-def patience(seconds: float) -> Iterator[None]:
-    """Within the block, the operations of this thread or task (offers, claims, acks made
-    without ``connection=``) wait out a database that was reached before and is unreachable
-    now, a failover or a restart, for up to ``seconds`` before they raise (0, the default
-    outside such a block: they raise at once). Workers ride out outages themselves."""
-    token = _patience.set(seconds)
-    try:
-        yield
-    finally:
-        _patience.reset(token)
-
-
 class AsyncExecutor:
     def __init__(self, engine: AsyncEngine, dao: QueueDao, *, attempts: int = 10,
-                 max_backoff: float = 1.0) -> None:
+                 max_backoff: float = 1.0, patience: float | None = None) -> None:
         self.engine = engine
         self.dao = dao
         self.attempts = attempts
+        self.patience = patience  # seconds; None: the default (``outages``)
         self._reached = False  # an operation has succeeded: the database exists
         # the attempts after a first one that failed (the first runs outside tenacity: it is
         # the common case, and tenacity costs tens of microseconds a call)
@@ -151,13 +136,13 @@ class AsyncExecutor:
             or (isinstance(exc, sa.exc.OperationalError) and self.dao.error_code(exc) is None))
 
     def _is_retryable(self, exc: BaseException) -> bool:
-        return self._is_transient(exc) or (self._reached and _patience.get() > 0
-                                           and self._is_outage(exc))
+        return self._is_transient(exc) or (self._reached and self._is_outage(exc)
+                                           and current_patience(self.patience) > 0)
 
     def _stop(self, state: RetryCallState) -> bool:
         """Transient errors get ``attempts`` in all; an outage ``patience`` seconds."""
         # asked after an attempt, whose outcome and time tenacity has then set
         assert state.outcome is not None and state.seconds_since_start is not None
         if self._is_outage(state.outcome.exception()):
-            return state.seconds_since_start >= _patience.get()
+            return state.seconds_since_start >= current_patience(self.patience)
         return state.attempt_number >= self.attempts - 1

@@ -30,6 +30,7 @@ from .messages import (
     QueuedMessage,
     QueueStats,
 )
+from .outages import seconds_of
 from .queue_base import Call, OfferPlan, QueueBase, Undecodable
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
@@ -50,18 +51,23 @@ class AsyncDelayedQueue(QueueBase):
                  table_name: str = DEFAULT_TABLE, clock: Clock | None = None,
                  history: bool | timedelta | History | None = None,
                  listeners: Sequence[QueueListener] = (),
-                 tracer: Tracer | None = None) -> None:
+                 tracer: Tracer | None = None,
+                 patience: timedelta | float | None = None) -> None:
         """``history``: keep each message's events in ``<table>_history`` (True; a timedelta:
         for that long, pruned by workers; a History for more settings); the table comes from
         ``create_schema(history=True)``. ``listeners`` hear of offers (metrics); ``tracer``
-        makes spans of offers, claims, acks and handlers (``sqldelay.otel``)."""
+        makes spans of offers, claims, acks and handlers (``sqldelay.otel``). ``patience``:
+        how long a call without ``connection=`` waits out a database that went away (a
+        failover, a restart) before it raises (seconds or a timedelta; None: the process's
+        default, ``sqldelay.outages``)."""
         problem = engine_problem(engine, type(self).__name__)
         if problem:
             raise InvalidArgumentError(problem)
         super().__init__(engine, name, serializer=serializer, acquire_timeout=acquire_timeout,
                          table_name=table_name, clock=clock, history=history,
                          listeners=listeners, tracer=tracer)
-        self.executor = AsyncExecutor(engine, self.dao)
+        self.executor = AsyncExecutor(
+            engine, self.dao, patience=None if patience is None else seconds_of(patience))
 
     # ---- producing -----------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from .dead_letters import DeadLetters
 from .errors import UnsupportedDialectError
 from .messages import Envelope
 from .notifier import listen
+from .outages import patience
 from .queue import DelayedQueue
 from .sharded import ShardedQueue
 from .supervisor import supervise
@@ -379,7 +380,7 @@ class Worker(WorkerBase):
         if envelope.locked_until > envelope.queue.clock.now():
             return True
         try:
-            if envelope.extend():
+            if _at_once(envelope.extend):
                 return True
         except Exception as exc:  # unreachable: handled, as the lock may yet hold
             log.warning("could not renew the expired lock of %s before handling it: %s",
@@ -398,7 +399,7 @@ class Worker(WorkerBase):
         except Exception as exc:
             try:
                 if self.isolated:  # a shard that is down does not hold a handler up
-                    self._fail(envelope, exc, None)
+                    _at_once(partial(self._fail, envelope, exc, None))
                 else:
                     self._patiently(partial(self._fail, envelope, exc, None),
                                     until=self._abandon)
@@ -635,7 +636,8 @@ class Worker(WorkerBase):
                 held = [*self._running, *self._buffer, *self._to_ack, *self._acking]
             for envelopes in _by_queue(held):
                 try:
-                    renewed = envelopes[0].queue.extend_many(envelopes)
+                    renewed = _at_once(partial(envelopes[0].queue.extend_many,
+                                               envelopes))
                 except Exception as exc:  # the next beat tries again; the locks may yet hold
                     log.warning("heartbeat could not renew %d lock(s) of queue %s: %s",
                                 len(envelopes), envelopes[0].queue.name, exc)
@@ -701,7 +703,7 @@ class Worker(WorkerBase):
             stop=lambda state: event.is_set(), sleep=pause, reraise=True,
             before_sleep=self._outage)
         def attempt() -> Any:  # a plain def, so the retrying returns what fn returns
-            return fn()
+            return _at_once(fn)
 
         try:
             return retrying(attempt)
@@ -718,11 +720,11 @@ class Worker(WorkerBase):
         served meanwhile. ``patient=False``: one attempt in any case, outages raised (on one
         engine) for the caller's own retry."""
         if not self.isolated:
-            return self._patiently(fn) if patient else fn()
+            return self._patiently(fn) if patient else _at_once(fn)
         if patient and self._stop.is_set():
             return None
         try:
-            result = fn()
+            result = _at_once(fn)
         except Exception as exc:
             if not self.is_outage(exc):
                 raise
@@ -749,7 +751,7 @@ class Worker(WorkerBase):
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())), reraise=True)
         def attempt() -> Any:
-            return fn()
+            return _at_once(fn)
 
         try:
             retrying(attempt)
@@ -758,6 +760,15 @@ class Worker(WorkerBase):
 
 
 _DOWN = object()  # what _patiently_on answers for a queue whose database is down
+
+
+def _at_once(fn: Callable[[], Any]) -> Any:
+    """``fn()`` of the worker's own, which raises at once when the database is unreachable
+    (``patience(0)``): the worker waits out an outage between its calls, where it hears
+    ``stop`` and its heartbeat goes on, not inside one. A handler keeps its queue's patience
+    but in transactional mode, where it runs inside the worker's round."""
+    with patience(0):
+        return fn()
 
 
 def _claimed_twice(claim: Callable[[], Any]) -> Any:

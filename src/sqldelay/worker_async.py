@@ -45,6 +45,7 @@ from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
 from .messages import AsyncEnvelope
 from .notifier_async import listen
+from .outages import patience
 from .queue_async import AsyncDelayedQueue
 from .sharded_async import AsyncShardedQueue
 from .supervisor import supervise
@@ -377,7 +378,7 @@ class AsyncWorker(WorkerBase):
         if envelope.locked_until > envelope.queue.clock.now():
             return True
         try:
-            if await envelope.extend():
+            if await _at_once(envelope.extend):
                 return True
         except Exception as exc:  # unreachable: handled, as the lock may yet hold
             log.warning("could not renew the expired lock of %s before handling it: %s",
@@ -396,7 +397,7 @@ class AsyncWorker(WorkerBase):
         except Exception as exc:
             try:
                 if self.isolated:  # a shard that is down does not hold a handler up
-                    await self._fail(envelope, exc, None)
+                    await _at_once(partial(self._fail, envelope, exc, None))
                 else:
                     await self._patiently(partial(self._fail, envelope, exc, None),
                                           until=self._abandon)
@@ -633,7 +634,8 @@ class AsyncWorker(WorkerBase):
                 held = [*self._running, *self._buffer, *self._to_ack, *self._acking]
             for envelopes in _by_queue(held):
                 try:
-                    renewed = await envelopes[0].queue.extend_many(envelopes)
+                    renewed = await _at_once(partial(envelopes[0].queue.extend_many,
+                                                     envelopes))
                 except Exception as exc:  # the next beat tries again; the locks may yet hold
                     log.warning("heartbeat could not renew %d lock(s) of queue %s: %s",
                                 len(envelopes), envelopes[0].queue.name, exc)
@@ -699,7 +701,7 @@ class AsyncWorker(WorkerBase):
             stop=lambda state: event.is_set(), sleep=pause, reraise=True,
             before_sleep=self._outage)
         async def attempt() -> Any:  # an async def, so the retrying awaits what fn returns
-            return await fn()
+            return await _at_once(fn)
 
         try:
             return await retrying(attempt)
@@ -716,11 +718,11 @@ class AsyncWorker(WorkerBase):
         served meanwhile. ``patient=False``: one attempt in any case, outages raised (on one
         engine) for the caller's own retry."""
         if not self.isolated:
-            return await self._patiently(fn) if patient else await fn()
+            return await self._patiently(fn) if patient else await _at_once(fn)
         if patient and self._stop.is_set():
             return None
         try:
-            result = await fn()
+            result = await _at_once(fn)
         except Exception as exc:
             if not self.is_outage(exc):
                 raise
@@ -747,7 +749,7 @@ class AsyncWorker(WorkerBase):
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())), reraise=True)
         async def attempt() -> Any:
-            return await fn()
+            return await _at_once(fn)
 
         try:
             await retrying(attempt)
@@ -756,6 +758,15 @@ class AsyncWorker(WorkerBase):
 
 
 _DOWN = object()  # what _patiently_on answers for a queue whose database is down
+
+
+async def _at_once(fn: Callable[[], Any]) -> Any:
+    """``fn()`` of the worker's own, which raises at once when the database is unreachable
+    (``patience(0)``): the worker waits out an outage between its calls, where it hears
+    ``stop`` and its heartbeat goes on, not inside one. A handler keeps its queue's patience
+    but in transactional mode, where it runs inside the worker's round."""
+    with patience(0):
+        return await fn()
 
 
 async def _claimed_twice(claim: Callable[[], Any]) -> Any:

@@ -17,8 +17,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import DelayedQueue, Message, UnsupportedFeatureError, Worker, create_schema
-from sqldelay.executor import patience
+from sqldelay import DelayedQueue, Message, UnsupportedFeatureError, Worker, create_schema, patience
 from tools import ha
 
 from ..helpers import in_thread, wait_for

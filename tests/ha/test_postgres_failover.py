@@ -21,8 +21,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import DelayedQueue, Message, Worker, create_schema
-from sqldelay.executor import patience
+from sqldelay import DelayedQueue, Message, Worker, create_schema, patience
 from tools import ha
 
 from ..fronts import AsyncFront
@@ -55,7 +54,7 @@ class Producers:
                         in_thread(self._claim_in_transaction)]
 
     def _paced(self, name: str, body) -> None:
-        with patience(PATIENCE):  # what a producer outside a worker should do
+        with patience(PATIENCE):  # above the default, as the figures in the docs were taken
             self._paced_patiently(name, body)
 
     def _paced_patiently(self, name: str, body) -> None:
