@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -377,12 +378,36 @@ def test_the_demo_cleans_up_after_ctrl_c(tmp_path):
     try:
         assert proc.stdout.readline().startswith("scheduled 200 messages")
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130
-    assert "interrupted" in out and "undelivered demo message(s)" in out
+    assert proc.returncode == 130, err
+    assert "interrupted" in out and "undelivered demo message(s)" in out, (out, err)
+    engine = sa.create_engine(url)
+    try:
+        assert DelayedQueue(engine, "demo", table_name="sqldelay_demo").stats().scheduled == 0
+    finally:
+        engine.dispose()
+
+
+def test_the_demo_cleans_up_after_ctrl_c_while_its_consumers_start(tmp_path):
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+
+    class CtrlC(threading.Thread):
+        """Ctrl-C lands as the second consumer is started, before it runs."""
+        started = 0
+
+        def start(self) -> None:
+            CtrlC.started += 1
+            if CtrlC.started == 2:
+                raise KeyboardInterrupt
+            super().start()
+
+    with mock.patch("sqldelay.cli.demo.threading.Thread", CtrlC):
+        done = here("demo", "--url", url, "--spread", "60", "--messages", "200")
+    assert done.returncode == 130, done.stderr
+    assert "interrupted" in done.stdout and "undelivered demo message(s)" in done.stdout
     engine = sa.create_engine(url)
     try:
         assert DelayedQueue(engine, "demo", table_name="sqldelay_demo").stats().scheduled == 0

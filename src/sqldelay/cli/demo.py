@@ -133,7 +133,10 @@ def _run(queue: DelayedQueue, args: argparse.Namespace, database: str) -> int:
 def _stop(done: threading.Event, threads: list[threading.Thread], bar) -> None:
     done.set()
     for t in threads:
-        t.join()
+        # Ctrl-C can land while the consumers are being started: a thread whose start had not
+        # got as far as running it is not alive, and sees ``done`` set before its first claim
+        if t.is_alive():
+            t.join()
     if bar is not None:
         bar.close()
 
