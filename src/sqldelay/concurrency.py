@@ -23,6 +23,10 @@ from .concurrency_async import is_async_callable
 from .errors import InvalidArgumentError
 
 T = TypeVar("T")
+
+# a call this runtime makes, returning a T: a plain function here, a coroutine function in
+# ``concurrency_async``
+Call = Callable[[], T]
 log = logging.getLogger("sqldelay")
 
 Connection = sa.Connection
@@ -31,8 +35,8 @@ Event = threading.Event
 Condition = threading.Condition
 Lock = threading.Lock
 
-__all__ = ["Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock", "Retrying",
-           "Spawned", "check_connection", "engine_problem", "install_signal_handlers",
+__all__ = ["Call", "Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock",
+           "Retrying", "Spawned", "check_connection", "engine_problem", "install_signal_handlers",
            "notify_all_soon", "run_blocking", "run_op", "run_to_end", "side_by_side", "sleep",
            "spawn", "threadsafe", "wait_event"]
 
@@ -153,7 +157,7 @@ def _forget_side_pool() -> None:
 os.register_at_fork(after_in_child=_forget_side_pool)
 
 
-def side_by_side(calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
+def side_by_side(calls: Sequence[Call[T]]) -> list[T | Exception]:
     """Run ``calls`` at the same time (a sharded queue writes its shards so): the first in
     this thread, the others in a shared pool of threads; each one's result, or the exception
     it raised, in the order of ``calls``."""

@@ -33,11 +33,15 @@ from .errors import InvalidArgumentError
 
 T = TypeVar("T")
 
+# a call this runtime makes, returning a T: a coroutine function here, a plain function in
+# ``concurrency``
+Call = Callable[[], Awaitable[T]]
+
 Event = asyncio.Event
 Condition = asyncio.Condition
 Lock = asyncio.Lock
 
-__all__ = ["AsyncConnection", "AsyncEngine", "AsyncRetrying", "Condition", "Event",
+__all__ = ["AsyncConnection", "AsyncEngine", "AsyncRetrying", "Call", "Condition", "Event",
            "HandlerRunner", "Lock", "Spawned", "check_connection", "engine_problem",
            "install_signal_handlers", "notify_all_soon", "run_blocking", "run_op",
            "run_to_end", "side_by_side", "sleep", "spawn", "threadsafe", "wait_event"]
@@ -188,8 +192,7 @@ def is_async_callable(handler: Any) -> bool:
         callable(handler) and inspect.iscoroutinefunction(type(handler).__call__))
 
 
-async def side_by_side(calls: Sequence[Callable[[], Awaitable[T]]]
-                       ) -> list[T | BaseException]:
+async def side_by_side(calls: Sequence[Call[T]]) -> list[T | BaseException]:
     """Run ``calls`` at the same time (a sharded queue writes its shards so); each one's
     result, or the exception it raised, in the order of ``calls``."""
     if len(calls) == 1:

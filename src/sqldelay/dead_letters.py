@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins  # ``list`` in the class is its method
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .clock import Clock
 from .concurrency import Connection, Engine, engine_problem
@@ -16,6 +17,9 @@ from .errors import InvalidArgumentError
 from .executor import Executor
 from .messages import Envelope
 from .schema import DEFAULT_TABLE
+
+if TYPE_CHECKING:
+    from .queue import DelayedQueue
 
 
 class DeadLetters(DeadLettersBase):
@@ -29,7 +33,7 @@ class DeadLetters(DeadLettersBase):
         super().__init__(engine, table_name=table_name, clock=clock, history=history)
         self.executor = Executor(engine, self.dao)
 
-    def bury(self, envelope: Envelope, error: str, *,
+    def bury(self, envelope: Envelope[DelayedQueue], error: str, *,
              connection: Connection | None = None) -> bool:
         """Move a claimed message here, in one transaction: delete it (by id and lock) and
         insert its dead letter. False, and nothing written, when the lock was lost."""

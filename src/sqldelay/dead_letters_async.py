@@ -6,14 +6,18 @@ from __future__ import annotations
 import builtins  # ``list`` in the class is its method
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .clock import Clock
 from .concurrency_async import AsyncConnection, AsyncEngine, engine_problem
 from .dead_letters_base import DeadLetter, DeadLettersBase
 from .errors import InvalidArgumentError
 from .executor_async import AsyncExecutor
-from .messages import AsyncEnvelope
+from .messages import Envelope
 from .schema import DEFAULT_TABLE
+
+if TYPE_CHECKING:
+    from .queue_async import AsyncDelayedQueue
 
 
 class AsyncDeadLetters(DeadLettersBase):
@@ -27,7 +31,7 @@ class AsyncDeadLetters(DeadLettersBase):
         super().__init__(engine, table_name=table_name, clock=clock, history=history)
         self.executor = AsyncExecutor(engine, self.dao)
 
-    async def bury(self, envelope: AsyncEnvelope, error: str, *,
+    async def bury(self, envelope: Envelope[AsyncDelayedQueue], error: str, *,
                    connection: AsyncConnection | None = None) -> bool:
         """Move a claimed message here, in one transaction: delete it (by id and lock) and
         insert its dead letter. False, and nothing written, when the lock was lost."""

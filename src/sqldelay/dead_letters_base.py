@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import sqlalchemy as sa
 
@@ -26,7 +26,12 @@ from .history import EventKind, Recorder, check_actor, current_actor, detail_tex
 from .messages import Envelope
 from .schema import DEFAULT_TABLE, dead_letter_table, history_table, queue_table
 
-Op = Callable[[sa.Connection], Any]
+if TYPE_CHECKING:
+    from .queue_base import QueueBase
+
+T = TypeVar("T")
+Op = Callable[[sa.Connection], T]  # an operation returning a T, run by either front end
+_Select = TypeVar("_Select", bound="sa.Select[*tuple[Any, ...]]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,7 @@ class DeadLettersBase:
         return cls(queue.engine, table_name=queue.dao.table.name, clock=queue.clock,
                    history=queue.recorder is not None)
 
-    def bury_op(self, envelope: Envelope, error: str) -> Op:
+    def bury_op(self, envelope: Envelope[QueueBase], error: str) -> Op[bool]:
         """Move a claimed message here, in one transaction: delete it (by id and lock) and
         insert its dead letter. False, and nothing written, when the lock was lost."""
         queue = envelope.queue
@@ -102,7 +107,7 @@ class DeadLettersBase:
         return op
 
     def list_op(self, queue: str | None, limit: int, offset: int = 0,
-                key: str | None = None) -> Op:
+                key: str | None = None) -> Op[list[DeadLetter]]:
         """The oldest ``limit`` dead letters after the first ``offset``, of one queue name or
         of all, and only those of ``key`` when given."""
         check_positive_int(limit, "limit")
@@ -116,17 +121,18 @@ class DeadLettersBase:
         stmt = self._where_queue(stmt, queue)
         return lambda conn: [_dead_letter(r) for r in conn.execute(stmt)]
 
-    def count_op(self, queue: str | None) -> Op:
+    def count_op(self, queue: str | None) -> Op[int]:
         stmt = self._where_queue(sa.select(sa.func.count()).select_from(self.table), queue)
         return lambda conn: int(conn.execute(stmt).scalar_one())
 
-    def ids_op(self, queue: str | None) -> Op:
+    def ids_op(self, queue: str | None) -> Op[list[int]]:
         """Every dead letter id, of one queue name or of all (for "requeue/drop them all")."""
         t = self.table
         stmt = self._where_queue(sa.select(t.c.id).order_by(t.c.id), queue)
         return lambda conn: list(conn.execute(stmt).scalars())
 
-    def requeue_op(self, ids: Sequence[int], at: datetime | None, by: str | None = None) -> Op:
+    def requeue_op(self, ids: Sequence[int], at: datetime | None,
+                   by: str | None = None) -> Op[int]:
         """Put dead letters back in their queues, due at ``at`` (now when None), with a fresh
         attempt count; in one transaction. A key that was offered again meanwhile gets the
         dead letter's payload and due time. Returns how many went back."""
@@ -158,7 +164,7 @@ class DeadLettersBase:
 
         return op
 
-    def drop_op(self, ids: Sequence[int], by: str | None = None) -> Op:
+    def drop_op(self, ids: Sequence[int], by: str | None = None) -> Op[int]:
         """Delete dead letters for good; returns how many were deleted."""
         ids = _check_ids(ids)
         check_actor(by)
@@ -179,7 +185,8 @@ class DeadLettersBase:
 
         return op
 
-    def _record(self, conn: sa.Connection, kind: EventKind, rows, actor: str,
+    def _record(self, conn: sa.Connection, kind: EventKind,
+                rows: Sequence[sa.Row[*tuple[Any, ...]]], actor: str,
                 detail: str) -> None:
         """Events of ``kind`` for dead letters ``rows`` (with pkind and pkey), with history."""
         if self.recorder is None:
@@ -188,7 +195,7 @@ class DeadLettersBase:
         self.recorder.write(conn, [self.recorder.event(r.pkind, kind, r.pkey, now, actor=actor,
                                                        detail=detail) for r in rows])
 
-    def _where_queue(self, stmt: sa.Select, queue: str | None) -> sa.Select:
+    def _where_queue(self, stmt: _Select, queue: str | None) -> _Select:
         if queue is None:
             return stmt
         if not isinstance(queue, str) or not queue:
@@ -197,7 +204,7 @@ class DeadLettersBase:
         return stmt.where(self.dao.prefix_match(self.table.c.pkind, f"{queue}|"))
 
 
-def _dead_letter(row) -> DeadLetter:
+def _dead_letter(row: sa.Row[*tuple[Any, ...]]) -> DeadLetter:
     queue, _, type_name = row.pkind.rpartition("|")
     return DeadLetter(
         id=int(row.id), queue=queue, type_name=type_name, key=row.pkey,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -19,12 +19,13 @@ from .checks import check_positive_int, check_text
 from .clock import Clock, DatabaseClock, to_ms
 from .dialects import dao_class_for
 from .errors import InvalidArgumentError
-from .messages import QueuedMessage
+from .messages import FlowControl, QueuedMessage
 from .queue_base import MAX_QUEUE_NAME, flow_control, queued_message
 from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, dead_letter_table, queue_table
 from .serializers import JsonSerializer, Serializer
 
-Op = Callable[[sa.Connection], Any]
+T = TypeVar("T")
+Op = Callable[[sa.Connection], T]  # an operation returning a T, run by either front end
 
 STATES = ("due", "in_flight", "scheduled")
 
@@ -73,7 +74,7 @@ class InspectorBase:
         self.dao = dao_class_for(engine.dialect)(queue_table(metadata, table_name))
         self.dead = dead_letter_table(metadata, table_name)
 
-    def queues_op(self) -> Op:
+    def queues_op(self) -> Op[list[QueueSummary]]:
         """Every queue with messages or dead letters, by name then payload type: one grouped
         read of the queue table and one of the dead letters."""
         now = to_ms(self.clock.now(), "clock.now()")
@@ -99,7 +100,8 @@ class InspectorBase:
 
         return op
 
-    def queues_page_op(self, limit: int, after: str | None, prefix: str | None) -> Op:
+    def queues_page_op(self, limit: int, after: str | None,
+                       prefix: str | None) -> Op[QueuePage]:
         """Up to ``limit`` queues with messages or dead letters whose name starts with
         ``prefix``, following the page that returned ``after``, in the database's order of
         "name|payload type": one read of both tables, cut by the database."""
@@ -127,7 +129,8 @@ class InspectorBase:
 
         return op
 
-    def flow_controls_op(self, queues: Sequence[tuple[str, str]] | None) -> Op:
+    def flow_controls_op(self, queues: Sequence[tuple[str, str]] | None,
+                         ) -> Op[dict[tuple[str, str], FlowControl]]:
         """The flow control of ``queues`` (name, payload type), or of every queue that has
         any (None): paused, limited, or grouped, by (name, payload type); a queue without
         settings is absent (it has none)."""
@@ -137,7 +140,7 @@ class InspectorBase:
                              for pkind, control in dao.read_controls(conn, kinds).items()}
 
     def peek_op(self, queue: str, state: str, limit: int, key_prefix: str | None,
-                after: str | None, serializer: Serializer | None) -> Op:
+                after: str | None, serializer: Serializer | None) -> Op[MessagePage]:
         """Up to ``limit`` messages of ``queue`` in ``state`` (one of STATES), in due order,
         whose key starts with ``key_prefix``, following the page that returned ``after``."""
         check_text(queue, "queue name", MAX_QUEUE_NAME)

@@ -11,30 +11,34 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .messages import Envelope, OfferOutcome
+
+if TYPE_CHECKING:
+    from .queue_base import QueueBase
 
 log = logging.getLogger("sqldelay.worker")
 
 
-# the envelopes are those of either front end's worker (Envelope[DelayedQueue] or
-# Envelope[AsyncDelayedQueue])
+# the envelopes are those of either front end's worker: Envelope[DelayedQueue] or
+# Envelope[AsyncDelayedQueue]
 class WorkerListener:
-    def picked(self, envelopes: Sequence[Envelope[Any]]) -> None:
+    def picked(self, envelopes: Sequence[Envelope[QueueBase]]) -> None:
         """A claim came back with ``envelopes`` (two claims a worker makes at once come as
         two batches), before any of them is handled."""
 
-    def started(self, envelope: Envelope[Any]) -> None:
+    def started(self, envelope: Envelope[QueueBase]) -> None:
         """The handler is about to run."""
 
-    def succeeded(self, envelope: Envelope[Any], elapsed: timedelta) -> None:
+    def succeeded(self, envelope: Envelope[QueueBase], elapsed: timedelta) -> None:
         """The handler returned; the message will be (or, in transactional mode, was) acked."""
 
-    def failed(self, envelope: Envelope[Any], error: BaseException, retry_in: timedelta) -> None:
+    def failed(self, envelope: Envelope[QueueBase], error: BaseException,
+               retry_in: timedelta) -> None:
         """The handler raised; the message comes back after ``retry_in``."""
 
-    def dead_lettered(self, envelope: Envelope[Any], error: BaseException) -> None:
+    def dead_lettered(self, envelope: Envelope[QueueBase], error: BaseException) -> None:
         """The handler raised on the last allowed attempt; the message is now a dead letter."""
 
     def idle(self) -> None:
@@ -61,20 +65,21 @@ class LoggingListener(WorkerListener):
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.log = logger or log
 
-    def picked(self, envelopes: Sequence[Envelope[Any]]) -> None:
+    def picked(self, envelopes: Sequence[Envelope[QueueBase]]) -> None:
         self.log.debug("picked %d message(s)", len(envelopes))
 
-    def started(self, envelope: Envelope[Any]) -> None:
+    def started(self, envelope: Envelope[QueueBase]) -> None:
         self.log.debug("started %s (attempt %d)", envelope.key, envelope.attempt)
 
-    def succeeded(self, envelope: Envelope[Any], elapsed: timedelta) -> None:
+    def succeeded(self, envelope: Envelope[QueueBase], elapsed: timedelta) -> None:
         self.log.debug("succeeded %s in %.3fs", envelope.key, elapsed.total_seconds())
 
-    def failed(self, envelope: Envelope[Any], error: BaseException, retry_in: timedelta) -> None:
+    def failed(self, envelope: Envelope[QueueBase], error: BaseException,
+               retry_in: timedelta) -> None:
         self.log.warning("failed %s (attempt %d): %s: %s; retrying in %s", envelope.key,
                          envelope.attempt, type(error).__name__, error, retry_in)
 
-    def dead_lettered(self, envelope: Envelope[Any], error: BaseException) -> None:
+    def dead_lettered(self, envelope: Envelope[QueueBase], error: BaseException) -> None:
         self.log.error("dead-lettered %s after %d attempt(s): %s: %s", envelope.key,
                        envelope.attempt, type(error).__name__, error)
 

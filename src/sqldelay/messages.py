@@ -91,8 +91,9 @@ class QueueStats:
     oldest_due_age: timedelta | None
 
 
-# the queue that claimed an envelope: DelayedQueue or AsyncDelayedQueue
-_Q = TypeVar("_Q")
+# the queue that claimed an envelope: DelayedQueue or AsyncDelayedQueue. Covariant (nothing
+# assigns an envelope's queue): code serving both front ends takes an Envelope[QueueBase].
+_Q = TypeVar("_Q", covariant=True)
 
 
 @dataclass(slots=True, eq=False)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import sqlalchemy as sa
 
 from .checks import check_positive_int
-from .concurrency import run_op, side_by_side
+from .concurrency import Call, run_op, side_by_side
 from .cron import CronService
 from .cron_base import CronMessage, InstalledSchedule, check_hash, check_prefix, tick_key
 from .dialects import ErrorKind
@@ -38,15 +38,21 @@ from .sharded_base import (
     scan_op,
 )
 
+if TYPE_CHECKING:
+    from .sharded_base import Row
 
-class ShardedQueue(ShardedBase):
+T = TypeVar("T")
+ShardEnvelope = Envelope[DelayedQueue]  # what the shards' queues claim
+
+
+class ShardedQueue(ShardedBase[DelayedQueue]):
     """One queue over ``shards`` (``DelayedQueue`` objects, one per database): a key
     always lands on the same shard, consumers take from every shard. ``Worker`` takes it
     as it takes a queue. See ``sharded_base`` for names, routing and ``previous=``."""
 
     queue_class = DelayedQueue
 
-    def _on(self, name: str, call: Any) -> Any:
+    def _on(self, name: str, call: Call[T]) -> T:
         """Run ``call`` on shard ``name``; an unreachable shard's error becomes a
         ShardUnavailableError naming it at once, within ``executor.patience`` too: the other
         shards go on meanwhile."""
@@ -156,19 +162,19 @@ class ShardedQueue(ShardedBase):
 
     # ---- consuming -----------------------------------------------------------------------
 
-    def poll(self, *, by: str | None = None) -> Envelope | None:
+    def poll(self, *, by: str | None = None) -> ShardEnvelope | None:
         """Claim the first due message of the next shard in turn that has one."""
         got = self.poll_many(1, by=by)
         return got[0] if got else None
 
-    def poll_many(self, limit: int, *, by: str | None = None) -> list[Envelope]:
+    def poll_many(self, limit: int, *, by: str | None = None) -> list[ShardEnvelope]:
         """Claim up to ``limit`` due messages, from the shards in turn (round robin), each
         claim on one shard. A shard that had nothing due is skipped until its next due time
         (at most ``recheck``, or until this object offers to it); one that cannot be reached
         is skipped for a growing backoff. Raises ShardUnavailableError only when every shard
         is down; each envelope acks, releases and extends on its own shard."""
         check_positive_int(limit, "limit")
-        got: list[Envelope] = []
+        got: list[ShardEnvelope] = []
         for name in self.turns():
             shard = self.shard(name)
             try:
@@ -188,14 +194,14 @@ class ShardedQueue(ShardedBase):
             self.check_any_up()
         return got
 
-    def ack(self, envelope: Envelope) -> bool:
+    def ack(self, envelope: ShardEnvelope) -> bool:
         """Delete a claimed message on its shard; False when its lock is stale."""
         name = self.shard_of(envelope)
         return self._on(name, partial(envelope.queue.ack, envelope))
 
-    def ack_many(self, envelopes: Sequence[Envelope]) -> int:
+    def ack_many(self, envelopes: Sequence[ShardEnvelope]) -> int:
         """Delete claimed messages, one statement per shard and claim; how many were."""
-        by_shard: dict[str, list[Envelope]] = {}
+        by_shard: dict[str, list[ShardEnvelope]] = {}
         for envelope in envelopes:
             by_shard.setdefault(self.shard_of(envelope), []).append(envelope)
         acked = 0
@@ -203,13 +209,13 @@ class ShardedQueue(ShardedBase):
             acked += self._on(name, partial(part[0].queue.ack_many, part))
         return acked
 
-    def release(self, envelope: Envelope, *, delay: timedelta | None = None,
+    def release(self, envelope: ShardEnvelope, *, delay: timedelta | None = None,
                 error: str | None = None) -> bool:
         name = self.shard_of(envelope)
         return self._on(name, partial(envelope.queue.release, envelope, delay=delay,
                                       error=error))
 
-    def extend(self, envelope: Envelope, by: timedelta | None = None) -> bool:
+    def extend(self, envelope: ShardEnvelope, by: timedelta | None = None) -> bool:
         name = self.shard_of(envelope)
         return self._on(name, partial(envelope.queue.extend, envelope, by))
 
@@ -351,7 +357,7 @@ class ShardedQueue(ShardedBase):
             run_op(conn, source.dao.begin_write)
             rows = run_op(conn, scan_op(source, after, batch))
             now = source.now_ms()
-            going: dict[str, list] = {}
+            going: dict[str, list[Row]] = {}
             for row in rows:
                 dest = self.router.route(row.pkey)
                 if dest != name and not in_flight(row, now):

@@ -10,19 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import sqlalchemy as sa
 
 from .checks import check_positive_int
-from .concurrency_async import run_op, side_by_side
+from .concurrency_async import Call, run_op, side_by_side
 from .cron_async import AsyncCronService
 from .cron_base import CronMessage, InstalledSchedule, check_hash, check_prefix, tick_key
 from .dialects import ErrorKind
 from .errors import InvalidArgumentError, ShardUnavailableError
 from .executor_async import patience
 from .history import HistoryEvent
-from .messages import AsyncEnvelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
+from .messages import Envelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from .queue_async import AsyncDelayedQueue
 from .sharded_base import (
     ReshardReport,
@@ -36,15 +36,21 @@ from .sharded_base import (
     scan_op,
 )
 
+if TYPE_CHECKING:
+    from .sharded_base import Row
 
-class AsyncShardedQueue(ShardedBase):
+T = TypeVar("T")
+ShardEnvelope = Envelope[AsyncDelayedQueue]  # what the shards' queues claim
+
+
+class AsyncShardedQueue(ShardedBase[AsyncDelayedQueue]):
     """One queue over ``shards`` (``AsyncDelayedQueue`` objects, one per database): a key
     always lands on the same shard, consumers take from every shard. ``AsyncWorker`` takes it
     as it takes a queue. See ``sharded_base`` for names, routing and ``previous=``."""
 
     queue_class = AsyncDelayedQueue
 
-    async def _on(self, name: str, call: Any) -> Any:
+    async def _on(self, name: str, call: Call[T]) -> T:
         """Run ``call`` on shard ``name``; an unreachable shard's error becomes a
         ShardUnavailableError naming it at once, within ``executor.patience`` too: the other
         shards go on meanwhile."""
@@ -154,19 +160,19 @@ class AsyncShardedQueue(ShardedBase):
 
     # ---- consuming -----------------------------------------------------------------------
 
-    async def poll(self, *, by: str | None = None) -> AsyncEnvelope | None:
+    async def poll(self, *, by: str | None = None) -> ShardEnvelope | None:
         """Claim the first due message of the next shard in turn that has one."""
         got = await self.poll_many(1, by=by)
         return got[0] if got else None
 
-    async def poll_many(self, limit: int, *, by: str | None = None) -> list[AsyncEnvelope]:
+    async def poll_many(self, limit: int, *, by: str | None = None) -> list[ShardEnvelope]:
         """Claim up to ``limit`` due messages, from the shards in turn (round robin), each
         claim on one shard. A shard that had nothing due is skipped until its next due time
         (at most ``recheck``, or until this object offers to it); one that cannot be reached
         is skipped for a growing backoff. Raises ShardUnavailableError only when every shard
         is down; each envelope acks, releases and extends on its own shard."""
         check_positive_int(limit, "limit")
-        got: list[AsyncEnvelope] = []
+        got: list[ShardEnvelope] = []
         for name in self.turns():
             shard = self.shard(name)
             try:
@@ -186,14 +192,14 @@ class AsyncShardedQueue(ShardedBase):
             self.check_any_up()
         return got
 
-    async def ack(self, envelope: AsyncEnvelope) -> bool:
+    async def ack(self, envelope: ShardEnvelope) -> bool:
         """Delete a claimed message on its shard; False when its lock is stale."""
         name = self.shard_of(envelope)
         return await self._on(name, partial(envelope.queue.ack, envelope))
 
-    async def ack_many(self, envelopes: Sequence[AsyncEnvelope]) -> int:
+    async def ack_many(self, envelopes: Sequence[ShardEnvelope]) -> int:
         """Delete claimed messages, one statement per shard and claim; how many were."""
-        by_shard: dict[str, list[AsyncEnvelope]] = {}
+        by_shard: dict[str, list[ShardEnvelope]] = {}
         for envelope in envelopes:
             by_shard.setdefault(self.shard_of(envelope), []).append(envelope)
         acked = 0
@@ -201,13 +207,13 @@ class AsyncShardedQueue(ShardedBase):
             acked += await self._on(name, partial(part[0].queue.ack_many, part))
         return acked
 
-    async def release(self, envelope: AsyncEnvelope, *, delay: timedelta | None = None,
+    async def release(self, envelope: ShardEnvelope, *, delay: timedelta | None = None,
                       error: str | None = None) -> bool:
         name = self.shard_of(envelope)
         return await self._on(name, partial(envelope.queue.release, envelope, delay=delay,
                                             error=error))
 
-    async def extend(self, envelope: AsyncEnvelope, by: timedelta | None = None) -> bool:
+    async def extend(self, envelope: ShardEnvelope, by: timedelta | None = None) -> bool:
         name = self.shard_of(envelope)
         return await self._on(name, partial(envelope.queue.extend, envelope, by))
 
@@ -349,7 +355,7 @@ class AsyncShardedQueue(ShardedBase):
             await run_op(conn, source.dao.begin_write)
             rows = await run_op(conn, scan_op(source, after, batch))
             now = source.now_ms()
-            going: dict[str, list] = {}
+            going: dict[str, list[Row]] = {}
             for row in rows:
                 dest = self.router.route(row.pkey)
                 if dest != name and not in_flight(row, now):

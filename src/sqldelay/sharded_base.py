@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
@@ -39,10 +39,16 @@ from .messages import Envelope, Message, QueueStats
 from .worker_base import Rotation, is_outage
 
 if TYPE_CHECKING:
+    from .dialects import QueueDao
     from .queue_base import QueueBase
 
+    Row = sa.Row[*tuple[Any, ...]]  # a stored row, of any columns
 
-def shard_name(queue: Any) -> str:
+# the front end's queue class: DelayedQueue or AsyncDelayedQueue
+_Q = TypeVar("_Q", bound="QueueBase")
+
+
+def shard_name(queue: QueueBase) -> str:
     """The default name of the shard ``queue``: its database URL without driver, user or
     password, then its table and queue name."""
     url = queue.engine.url
@@ -87,14 +93,14 @@ class Router:
         return best
 
 
-class ShardedBase:
+class ShardedBase(Generic[_Q]):
     """A queue spread over ``shards`` (a sequence of queues, named by ``shard_name``, or a
     mapping of names to queues); see the module docstring and ``AsyncShardedQueue``."""
 
-    queue_class: type[QueueBase]  # the front end's queue class, set by each sharded class
+    queue_class: type[_Q]  # the front end's queue class, set by each sharded class
 
-    def __init__(self, shards: Sequence[Any] | Mapping[str, Any], *,
-                 previous: Sequence[Any] | Mapping[str, Any] | None = None,
+    def __init__(self, shards: Sequence[_Q] | Mapping[str, _Q], *,
+                 previous: Sequence[_Q] | Mapping[str, _Q] | None = None,
                  recheck: timedelta = timedelta(seconds=1)) -> None:
         """``recheck``: how long a shard that had nothing due is skipped by ``poll`` (at most;
         less when its next message falls due sooner); offers through this object end it."""
@@ -120,7 +126,7 @@ class ShardedBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.shards)!r})"
 
-    def _named(self, shards: Any, what: str) -> dict[str, Any]:
+    def _named(self, shards: Sequence[_Q] | Mapping[str, _Q], what: str) -> dict[str, _Q]:
         if isinstance(shards, Mapping):
             named = dict(shards)
         elif isinstance(shards, Sequence) and not isinstance(shards, str):
@@ -185,7 +191,7 @@ class ShardedBase:
         old = self.old_router.route(key)
         return None if old == self.route(key) else old
 
-    def consumed_shards(self) -> dict[str, Any]:
+    def consumed_shards(self) -> dict[str, _Q]:
         """Every shard messages may be on: the shards, then those of ``previous`` that are
         not among them (a name is one shard: the current queue object serves it)."""
         out = dict(self.shards)
@@ -193,10 +199,10 @@ class ShardedBase:
             out.setdefault(name, queue)
         return out
 
-    def shard(self, name: str) -> Any:
+    def shard(self, name: str) -> _Q:
         return self.shards[name] if name in self.shards else (self.previous or {})[name]
 
-    def shard_of(self, envelope: Envelope) -> str:
+    def shard_of(self, envelope: Envelope[QueueBase]) -> str:
         """The name of the shard ``envelope`` was claimed from."""
         name = self._name_of.get(id(getattr(envelope, "queue", None)))
         if name is not None and isinstance(envelope, Envelope):
@@ -285,17 +291,18 @@ class ReshardReport:
     left: int
 
 
-def in_flight(row: Any, now_ms: int) -> bool:
+def in_flight(row: Row, now_ms: int) -> bool:
     """Whether a stored row is claimed and its lock still holds."""
     return row.lock_uuid is not None and row.scheduled_at > now_ms
 
 
-def scan_op(queue: Any, after_id: int, limit: int) -> Callable[[sa.Connection], Sequence[sa.Row]]:
+def scan_op(queue: QueueBase, after_id: int,
+            limit: int) -> Callable[[sa.Connection], Sequence[Row]]:
     """Lock and read the next ``limit`` messages of ``queue`` after id ``after_id``, whole
     rows in id order (the reshard's read of its source shard)."""
     t = queue.dao.table
 
-    def op(conn: sa.Connection) -> Sequence[sa.Row]:
+    def op(conn: sa.Connection) -> Sequence[Row]:
         return conn.execute(queue.dao.lock_rows(
             sa.select(t).where(t.c.pkind == queue.pkind, t.c.id > after_id).order_by(t.c.id)
             .limit(limit), t, skip=False)).all()
@@ -303,7 +310,7 @@ def scan_op(queue: Any, after_id: int, limit: int) -> Callable[[sa.Connection], 
     return op
 
 
-def copy_op(queue: Any, rows: Sequence[Any]) -> Callable[[sa.Connection], int]:
+def copy_op(queue: QueueBase, rows: Sequence[Row]) -> Callable[[sa.Connection], int]:
     """Insert ``rows`` (read from another shard) into ``queue``'s table as they are, but for
     their id, unless their key is there already; returns how many were inserted.
 
@@ -330,7 +337,8 @@ def copy_op(queue: Any, rows: Sequence[Any]) -> Callable[[sa.Connection], int]:
     return op
 
 
-def _inserted(conn: sa.Connection, dao: Any, t: sa.Table, rows: list[dict]) -> bool:
+def _inserted(conn: sa.Connection, dao: QueueDao, t: sa.Table, rows: list[dict[str, Any]],
+              ) -> bool:
     """Insert ``rows`` in a savepoint: False, and nothing inserted, where a key exists."""
     try:
         with conn.begin_nested():
@@ -342,7 +350,7 @@ def _inserted(conn: sa.Connection, dao: Any, t: sa.Table, rows: list[dict]) -> b
     return True
 
 
-def delete_ids_op(queue: Any, ids: Sequence[int]) -> Callable[[sa.Connection], None]:
+def delete_ids_op(queue: QueueBase, ids: Sequence[int]) -> Callable[[sa.Connection], None]:
     t = queue.dao.table
 
     def op(conn: sa.Connection) -> None:
@@ -352,7 +360,7 @@ def delete_ids_op(queue: Any, ids: Sequence[int]) -> Callable[[sa.Connection], N
     return op
 
 
-def keys_op(queue: Any) -> Callable[[sa.Connection], list[str]]:
+def keys_op(queue: QueueBase) -> Callable[[sa.Connection], list[str]]:
     t = queue.dao.table
 
     def op(conn: sa.Connection) -> list[str]:
@@ -361,7 +369,7 @@ def keys_op(queue: Any) -> Callable[[sa.Connection], list[str]]:
     return op
 
 
-def count_op(queue: Any) -> Callable[[sa.Connection], int]:
+def count_op(queue: QueueBase) -> Callable[[sa.Connection], int]:
     t = queue.dao.table
 
     def op(conn: sa.Connection) -> int:
