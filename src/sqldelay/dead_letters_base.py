@@ -98,6 +98,8 @@ class DeadLettersBase:
                 priority=row.priority, group_key=row.group_key, enqueued_by=row.enqueued_by))
             if row.group_key is not None:  # the group's next message may go
                 queue.dao.free_groups(conn, row.pkind, envelope.lock, [row.group_key])
+            # a task's handle waiting for its end (where the database notifies)
+            queue.dao.notify_settled(conn, row.pkind, row.pkey)
             if self.recorder is not None:
                 self.recorder.write(conn, [self.recorder.event(
                     row.pkind, EventKind.DEAD_LETTERED, row.pkey, now,

@@ -9,7 +9,8 @@ which channel and with which statements (``QueueDao.notifications``, ``channel``
 ``listen_statement``; offers send through ``wake_listeners``); this module holds the
 connection that waits, through the driver's own API, which SQLAlchemy does not wrap:
 psycopg's generator of notifications, or asyncpg's callbacks (a driver for the event loop
-only).
+only). ``hear`` listens on any channel of the table: the task handles waiting for results
+hear the ends of tasks through it (``tasks_base``, ``QueueDao.settled_channel``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ def listen(engine: Engine, dao: QueueDao, pkinds: Collection[str],
     offered before) and then at each notification of one of ``pkinds`` in ``dao``'s table.
     Raises when the connection is lost, and UnsupportedDialectError where the database or its
     driver has no notifications."""
+    def heard(note: str | None) -> None:
+        if note is None or note in pkinds:
+            on_wake()
+
+    hear(engine, dao, dao.channel if dao.notifications else "", heard, stop)
+
+
+def hear(engine: Engine, dao: QueueDao, channel: str,
+         on_note: Callable[[str | None], None], stop: Event) -> None:
+    """Wait until ``stop`` is set, calling ``on_note(None)`` once listening on ``channel``
+    has begun and ``on_note(text)`` at each notification on it (``listen``'s wake-ups, or
+    the ends of tasks: ``QueueDao.settled_channel``). Raises as ``listen`` does."""
     if not dao.notifications:
         raise UnsupportedDialectError(f"{dao.name} has no notifications")
     with engine.connect() as conn:
@@ -41,10 +54,10 @@ def listen(engine: Engine, dao: QueueDao, pkinds: Collection[str],
         driver = raw.driver_connection
         try:
             if hasattr(driver, "add_listener"):  # asyncpg
-                _by_callback(driver, dao.channel, pkinds, on_wake, stop)
+                _by_callback(driver, channel, on_note, stop)
             elif hasattr(driver, "notifies"):  # psycopg 3
-                conn.exec_driver_sql(dao.listen_statement())
-                _by_generator(conn, driver, pkinds, on_wake, stop)
+                conn.exec_driver_sql(dao.listen_statement(channel))
+                _by_generator(conn, driver, on_note, stop)
             else:
                 raise UnsupportedDialectError(
                     f"wake-ups on {dao.name} need psycopg (postgresql+psycopg://, "
@@ -55,16 +68,15 @@ def listen(engine: Engine, dao: QueueDao, pkinds: Collection[str],
                 conn.invalidate()  # never hand a listening connection back to the pool
 
 
-def _by_generator(conn: Connection, driver: Any, pkinds: Collection[str],
-                  on_wake: Callable[[], None], stop: Event) -> None:
+def _by_generator(conn: Connection, driver: Any,
+                  on_note: Callable[[str | None], None], stop: Event) -> None:
     """psycopg: its generator of notifications, read for ``_PATIENCE`` at a time."""
-    on_wake()
+    on_note(None)
     while not stop.is_set():
-        # a burst of notifications is one wake-up: on_wake only sets an event
+        # a burst of notifications is one wake-up: on_note only sets events
         try:
             for note in driver.notifies(timeout=_PATIENCE):
-                if note.payload in pkinds:
-                    on_wake()
+                on_note(note.payload)
                 if stop.is_set():
                     break
         except conn.dialect.loaded_dbapi.Error as exc:
@@ -72,18 +84,17 @@ def _by_generator(conn: Connection, driver: Any, pkinds: Collection[str],
             raise sa.exc.OperationalError("LISTEN", None, exc) from exc
 
 
-def _by_callback(driver: Any, channel: str, pkinds: Collection[str],
-                 on_wake: Callable[[], None], stop: Event) -> None:
+def _by_callback(driver: Any, channel: str, on_note: Callable[[str | None], None],
+                 stop: Event) -> None:
     """asyncpg: a callback per notification, and one when the connection is lost."""
     lost = Event()
 
     def notified(connection: Any, pid: int, channel: str, payload: str) -> None:
-        if payload in pkinds:
-            on_wake()
+        on_note(payload)
 
     driver.add_termination_listener(lambda connection: lost.set())
     driver.add_listener(channel, notified)
-    on_wake()
+    on_note(None)
     while not wait_event(stop, _PATIENCE):
         if lost.is_set():
             raise sa.exc.OperationalError(

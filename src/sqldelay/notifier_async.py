@@ -7,7 +7,8 @@ which channel and with which statements (``QueueDao.notifications``, ``channel``
 ``listen_statement``; offers send through ``wake_listeners``); this module holds the
 connection that waits, through the driver's own API, which SQLAlchemy does not wrap:
 psycopg's generator of notifications, or asyncpg's callbacks (a driver for the event loop
-only).
+only). ``hear`` listens on any channel of the table: the task handles waiting for results
+hear the ends of tasks through it (``tasks_base``, ``QueueDao.settled_channel``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ async def listen(engine: AsyncEngine, dao: QueueDao, pkinds: Collection[str],
     offered before) and then at each notification of one of ``pkinds`` in ``dao``'s table.
     Raises when the connection is lost, and UnsupportedDialectError where the database or its
     driver has no notifications."""
+    def heard(note: str | None) -> None:
+        if note is None or note in pkinds:
+            on_wake()
+
+    await hear(engine, dao, dao.channel if dao.notifications else "", heard, stop)
+
+
+async def hear(engine: AsyncEngine, dao: QueueDao, channel: str,
+               on_note: Callable[[str | None], None], stop: Event) -> None:
+    """Wait until ``stop`` is set, calling ``on_note(None)`` once listening on ``channel``
+    has begun and ``on_note(text)`` at each notification on it (``listen``'s wake-ups, or
+    the ends of tasks: ``QueueDao.settled_channel``). Raises as ``listen`` does."""
     if not dao.notifications:
         raise UnsupportedDialectError(f"{dao.name} has no notifications")
     async with engine.connect() as conn:
@@ -39,10 +52,10 @@ async def listen(engine: AsyncEngine, dao: QueueDao, pkinds: Collection[str],
         driver = raw.driver_connection
         try:
             if hasattr(driver, "add_listener"):  # asyncpg
-                await _by_callback(driver, dao.channel, pkinds, on_wake, stop)
+                await _by_callback(driver, channel, on_note, stop)
             elif hasattr(driver, "notifies"):  # psycopg 3
-                await conn.exec_driver_sql(dao.listen_statement())
-                await _by_generator(conn, driver, pkinds, on_wake, stop)
+                await conn.exec_driver_sql(dao.listen_statement(channel))
+                await _by_generator(conn, driver, on_note, stop)
             else:
                 raise UnsupportedDialectError(
                     f"wake-ups on {dao.name} need psycopg (postgresql+psycopg://, "
@@ -53,16 +66,15 @@ async def listen(engine: AsyncEngine, dao: QueueDao, pkinds: Collection[str],
                 await conn.invalidate()  # never hand a listening connection back to the pool
 
 
-async def _by_generator(conn: AsyncConnection, driver: Any, pkinds: Collection[str],
-                        on_wake: Callable[[], None], stop: Event) -> None:
+async def _by_generator(conn: AsyncConnection, driver: Any,
+                        on_note: Callable[[str | None], None], stop: Event) -> None:
     """psycopg: its generator of notifications, read for ``_PATIENCE`` at a time."""
-    on_wake()
+    on_note(None)
     while not stop.is_set():
-        # a burst of notifications is one wake-up: on_wake only sets an event
+        # a burst of notifications is one wake-up: on_note only sets events
         try:
             async for note in driver.notifies(timeout=_PATIENCE):
-                if note.payload in pkinds:
-                    on_wake()
+                on_note(note.payload)
                 if stop.is_set():
                     break
         except conn.dialect.loaded_dbapi.Error as exc:
@@ -70,18 +82,17 @@ async def _by_generator(conn: AsyncConnection, driver: Any, pkinds: Collection[s
             raise sa.exc.OperationalError("LISTEN", None, exc) from exc
 
 
-async def _by_callback(driver: Any, channel: str, pkinds: Collection[str],
-                       on_wake: Callable[[], None], stop: Event) -> None:
+async def _by_callback(driver: Any, channel: str, on_note: Callable[[str | None], None],
+                       stop: Event) -> None:
     """asyncpg: a callback per notification, and one when the connection is lost."""
     lost = Event()
 
     def notified(connection: Any, pid: int, channel: str, payload: str) -> None:
-        if payload in pkinds:
-            on_wake()
+        on_note(payload)
 
     driver.add_termination_listener(lambda connection: lost.set())
     await driver.add_listener(channel, notified)
-    on_wake()
+    on_note(None)
     while not await wait_event(stop, _PATIENCE):
         if lost.is_set():
             raise sa.exc.OperationalError(

@@ -9,6 +9,7 @@ use them, in docs/tasks.md.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -16,9 +17,10 @@ from functools import partial
 from typing import Any
 
 from .clock import to_ms
-from .concurrency import Connection, run_blocking, run_op, sleep
-from .errors import InvalidArgumentError, PayloadError
+from .concurrency import Connection, Event, run_blocking, run_op, spawn, wait_event
+from .errors import InvalidArgumentError, PayloadError, UnsupportedDialectError
 from .messages import Envelope, Message, OfferOutcome
+from .notifier import hear
 from .queue import DelayedQueue
 from .tasks_base import (
     PRUNE_BATCH,
@@ -39,6 +41,9 @@ log = logging.getLogger("sqldelay.tasks")
 # a dead letter older than its handle's defer by more than this is another run's (a key
 # used again); the margin covers the clocks of two processes that differ a little
 _SINCE_MARGIN_MS = 5000
+# while notifications tell a waiting handle of its task's end, it reads the task's status at
+# least this often anyway (seconds): an end notified while the listener reconnected
+_CHECK_EVERY = 5.0
 
 
 class TaskHandle:
@@ -70,29 +75,126 @@ class TaskHandle:
     def result(self, timeout: float | timedelta | None = None) -> Any:
         """Wait for the task to finish and return its function's return value; TaskFailed when
         it failed for good (a dead letter), TimeoutError after ``timeout`` (seconds or a
-        timedelta; None: no limit). Polls, backing off from 20 ms to a second."""
+        timedelta; None: no limit). Where the database notifies (PostgreSQL), the end of the
+        task wakes the wait (reading its status again at least every ``_CHECK_EVERY``
+        seconds); elsewhere it polls, backing off from 20 ms to a second."""
         if self.keeps_results is False:
             raise InvalidArgumentError(
                 f"task {self.task} keeps no results: make it with results=True")
         limit = timeout_seconds(timeout)
         deadline = None if limit is None else time.monotonic() + limit
-        pause = 0.02
-        while True:
-            found = self.status()
-            if found is not None and found.status is TaskStatus.SUCCEEDED:
-                return found.return_value
-            if found is not None and found.status is TaskStatus.FAILED:
-                last = (found.error or "").strip().splitlines()
-                raise TaskFailed(f"task {found.task or self.task} ({self.key}) failed after "
-                                 f"{found.attempts} attempt(s): {last[0] if last else ''}",
-                                 found)
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                state = "not found" if found is None else found.status.value
-                raise TimeoutError(f"task {self.task or ''} ({self.key}) has not finished "
-                                   f"after {limit:g}s: {state}")
-            sleep(pause if left is None else min(pause, left))
-            pause = min(pause * 1.5, 1.0)
+        woken = Event()
+        note = self.queue.dao.settled_note(self.queue.pkind, self.key)
+        listening = _Listening.join(self.queue, note, woken)
+        try:
+            if listening is not None:  # read once listening: an end committed later is heard
+                wait_event(listening.ready,
+                           None if deadline is None else deadline - time.monotonic())
+            pause = 0.02
+            while True:
+                woken.clear()  # before the read: an end heard during it is not lost
+                found = self.status()
+                if found is not None and found.status is TaskStatus.SUCCEEDED:
+                    return found.return_value
+                if found is not None and found.status is TaskStatus.FAILED:
+                    last = (found.error or "").strip().splitlines()
+                    raise TaskFailed(f"task {found.task or self.task} ({self.key}) failed "
+                                     f"after {found.attempts} attempt(s): "
+                                     f"{last[0] if last else ''}", found)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    state = "not found" if found is None else found.status.value
+                    raise TimeoutError(f"task {self.task or ''} ({self.key}) has not finished "
+                                       f"after {limit:g}s: {state}")
+                hearing = listening is not None and listening.hearing
+                wait = _CHECK_EVERY if hearing else pause
+                wait_event(woken, wait if left is None else min(wait, left))
+                if not hearing:
+                    pause = min(pause * 1.5, 1.0)
+        finally:
+            if listening is not None:
+                listening.leave(note, woken)
+
+
+class _Listening:
+    """The LISTEN of one queue table's task ends, in this process: one connection shared by
+    every handle waiting for a task of the table, each woken by the notification of its own
+    task's end (``QueueDao.notify_settled``, sent with a result row or a dead letter). It
+    stops when the last handle leaves; a handle whose listening failed polls."""
+
+    _lock = threading.Lock()  # never held across a pause: for the threads of either front
+    _active: dict[tuple[int, str], _Listening] = {}
+    _deaf: set[tuple[int, str]] = set()  # engines whose driver cannot listen
+
+    def __init__(self, queue: DelayedQueue, key: tuple[int, str]) -> None:
+        self.key = key
+        self.engine = queue.engine
+        self.dao = queue.dao
+        self.waiting: dict[str, set[Event]] = {}
+        self.ready = Event()  # listening has begun, or failed
+        self.stop = Event()
+        self.failed: BaseException | None = None
+        self.task = spawn(self._run, f"sqldelay-results-{queue.dao.table.name}")
+
+    @classmethod
+    def join(cls, queue: DelayedQueue, note: str, event: Event) -> _Listening | None:
+        """The listening that sets ``event`` at the notification ``note`` (started if none
+        runs); None where the database or its driver does not notify."""
+        if not queue.dao.notifications:
+            return None
+        key = (id(queue.engine), queue.dao.settled_channel)
+        with cls._lock:
+            if key in cls._deaf:
+                return None
+            found = cls._active.get(key)
+            if found is None or found.engine is not queue.engine or found.stop.is_set():
+                found = cls._active[key] = cls(queue, key)
+            found.waiting.setdefault(note, set()).add(event)
+            return found
+
+    def leave(self, note: str, event: Event) -> None:
+        with self._lock:
+            events = self.waiting.get(note, set())
+            events.discard(event)
+            if not events:
+                self.waiting.pop(note, None)
+            if not self.waiting:
+                self.stop.set()
+                if self._active.get(self.key) is self:
+                    del self._active[self.key]
+
+    @property
+    def hearing(self) -> bool:
+        return self.ready.is_set() and self.failed is None and self.task.alive
+
+    def _run(self) -> None:
+        try:
+            hear(self.engine, self.dao, self.dao.settled_channel, self._heard, self.stop)
+        except Exception as exc:  # the handles poll instead
+            self.failed = exc
+            log.debug("no notifications of task ends, polling: %s", exc)
+            if isinstance(exc, UnsupportedDialectError):
+                with self._lock:
+                    self._deaf.add(self.key)
+        finally:
+            with self._lock:
+                if self._active.get(self.key) is self:
+                    del self._active[self.key]
+                events = [e for found in self.waiting.values() for e in found]
+            self.ready.set()
+            for event in events:  # read again, then poll
+                event.set()
+
+    def _heard(self, note: str | None) -> None:
+        with self._lock:
+            if note is None:  # listening began: every handle reads again
+                events = [e for found in self.waiting.values() for e in found]
+            else:
+                events = list(self.waiting.get(note, ()))
+        if note is None:
+            self.ready.set()
+        for event in events:
+            event.set()
 
 
 class Task(TaskBase):

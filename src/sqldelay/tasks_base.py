@@ -459,6 +459,7 @@ class TasksBase:
                 status=TaskStatus.SUCCEEDED.value, payload=payload, return_value=encoded,
                 attempts=envelope.attempt, worker=envelope.claimed_by, created_at=created,
                 started_at=started_ms, finished_at=now, expires_at=now + retention))
+            queue.dao.notify_settled(conn, queue.pkind, envelope.key)  # handles waiting
 
         return op
 

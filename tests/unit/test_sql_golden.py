@@ -74,6 +74,8 @@ def emitted(name: str) -> list[tuple[str, str]]:
     offered = [[("new", True, None)]] if name == "postgresql" else [[]]
     out.extend((label, render(stmt, params, dialect))
                for label, stmt, params in history_recordings(dao, dialect, KIND, offered))
+    # a task's end told to the handles waiting for it (nothing where there is no NOTIFY)
+    record("settled", lambda c: dao.notify_settled(c, KIND, "k"))
     for label, stmt in [
         ("release", dao.move_locked(7, "L", 500, keep_lock=False)),
         ("extend", dao.extend_locked(KIND, 7, "L", 500, 100, False)),

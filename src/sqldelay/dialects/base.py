@@ -305,13 +305,30 @@ class QueueDao(FlowControl):
         """The name under which offers notify and workers listen (``notifier``)."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
-    def listen_statement(self) -> str:
-        """The statement that makes a connection hear the notifications of ``channel``."""
+    def listen_statement(self, channel: str | None = None) -> str:
+        """The statement that makes a connection hear the notifications of ``channel``
+        (default: the wake-ups' own)."""
         raise UnsupportedDialectError(f"{self.name} has no notifications")
 
     def wake_listeners(self, conn: sa.Connection, pkind: str) -> None:
         """Tell listening workers of ``pkind`` to claim now (sent when the transaction
         commits); nothing where there are no notifications."""
+
+    @property
+    def settled_channel(self) -> str:
+        """The name under which a task's end is announced to the handles waiting for it."""
+        raise UnsupportedDialectError(f"{self.name} has no notifications")
+
+    def notify_settled(self, conn: sa.Connection, pkind: str, key: str) -> None:
+        """Tell whoever waits for message ``key`` of ``pkind`` that it ended (a result row or
+        a dead letter written; sent when the transaction commits); nothing where there are
+        no notifications."""
+
+    @staticmethod
+    def settled_note(pkind: str, key: str) -> str:
+        """The text ``notify_settled`` sends for ``key`` of ``pkind`` (the queue's name
+        counted, so no two queues' keys read the same)."""
+        return f"{len(pkind)}:{pkind}{key}"
 
     @classmethod
     def check_keys(cls, keys: Sequence[str]) -> None:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Sequence
 
@@ -46,6 +47,8 @@ _ARRAYS = ("payloads",)
 # the size from which verify reports a queue table without planner statistics (40,000 small
 # messages take 4.4 MB; below it a claim's read of every due message costs a few ms at most)
 _UNANALYZED_BYTES = 4 << 20
+# the longest identifier, and so channel name, PostgreSQL keeps (NAMEDATALEN - 1 bytes)
+_MAX_CHANNEL = 63
 # the planner settings of a grouped claim's statements after its walk, which sets them
 # (``_heads_settings``)
 _WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off",
@@ -334,8 +337,20 @@ class PostgresQueueDao(QueueDao):
     def wake_listeners(self, conn: sa.Connection, pkind: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(self.channel, pkind)))
 
-    def listen_statement(self) -> str:
-        return f'LISTEN "{self.channel}"'
+    def listen_statement(self, channel: str | None = None) -> str:
+        return f'LISTEN "{self.channel if channel is None else channel}"'
+
+    @property
+    def settled_channel(self) -> str:
+        name = f"sqldelay_done_{self.table.name}"
+        if len(name.encode()) > _MAX_CHANNEL:  # a longer one would be cut short by LISTEN
+            digest = hashlib.sha256(self.table.name.encode()).hexdigest()[:32]
+            name = f"sqldelay_done_{digest}"
+        return name
+
+    def notify_settled(self, conn: sa.Connection, pkind: str, key: str) -> None:
+        conn.execute(sa.select(sa.func.pg_notify(self.settled_channel,
+                                                 self.settled_note(pkind, key))))
 
     @classmethod
     def server_time(cls) -> sa.Executable:

@@ -151,6 +151,9 @@ SELECT delayed_queue_history.id FROM delayed_queue_history WHERE delayed_queue_h
 -- prune 1
 DELETE FROM delayed_queue_history WHERE delayed_queue_history.id IN (:id_1_1::BIGINT, :id_1_2::BIGINT);
 
+-- settled 0
+SELECT pg_notify(:pg_notify_2::VARCHAR, :pg_notify_3::VARCHAR) AS pg_notify_1;
+
 -- release
 UPDATE delayed_queue SET scheduled_at=:scheduled_at::BIGINT, lock_uuid=:lock_uuid::VARCHAR WHERE delayed_queue.id = :id_1::BIGINT AND delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock_uuid_1::VARCHAR;
 
