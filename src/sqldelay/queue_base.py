@@ -458,7 +458,11 @@ class QueueBase:
             return None
         dao, recorder = self.dao, self.recorder
 
+        several = len(by_lock) > 1 or len(envelopes) > dao.in_list_max
+
         def op(conn: sa.Connection) -> int:
+            if several:  # a deletion per claim batch: their rows in one lock order first
+                dao.lock_acked(conn, [env.row_id for env in envelopes])
             acked = 0
             for lock, held in by_lock.items():
                 ids, names = [env.row_id for env in held], groups.get(lock, ())

@@ -68,6 +68,7 @@ def emitted(name: str) -> list[tuple[str, str]]:
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
+    record("lock_acked", lambda c: dao.lock_acked(c, [8, 7]))
     record("trace context", lambda c: dao.store_trace_context(c, KIND, ["b", "a"], TRACE))
     out.extend((label, render(stmt, params, dialect))
                for label, stmt, params in flow_recordings(dao, dialect, KIND))

@@ -662,6 +662,12 @@ class QueueDao(FlowControl):
         return sum(conn.execute(self.acks_of(len(chunk)), {"lock": lock, "ids": chunk}).rowcount
                    for chunk in chunked(ids, self.in_list_max))
 
+    def lock_acked(self, conn: sa.Connection, ids: Sequence[int]) -> None:
+        """Called first in an ack sent as several deletions (claim batches, or chunks of
+        ``in_list_max``), with every id: where each deletion locks its rows in the order
+        other transactions lock them, but the deletions together would not, lock them all
+        first in that order. Nothing here."""
+
     # DELETE … RETURNING (SQL Server: OUTPUT) tells which rows went, in the one statement
     delete_returning: ClassVar[bool] = False
 

@@ -237,6 +237,9 @@ class Dialect(Protocol):
                      count: int | None = None) -> list[str]:
         """Delete the messages meeting ``where``; their keys."""
 
+    def lock_acked(self, conn: sa.Connection, ids: Sequence[int]) -> None:
+        """Lock an ack's rows, in the order its deletions must take them, before them."""
+
     def delete_kind_batch(self, conn: sa.Connection, pkind: str) -> list[str]:
         """Delete a batch of a queue's messages, locked first; their keys."""
 
