@@ -40,6 +40,21 @@ class OfferRow:
         return self.payload, self.at_ms, self.priority, self.group
 
 
+@dataclass(frozen=True, slots=True)
+class OfferEvents:
+    """The history events an offer statement writes itself, where the dialect's can
+    (``QueueDao.offer_writes_history``): into ``table``, an event of kind ``created`` or
+    ``updated`` for each message the offer wrote and, where ``ignored`` is given, one of that
+    kind for each it left as it was; ``details`` are the messages' details, in the order of
+    the offer's rows."""
+
+    table: sa.Table
+    created: str
+    updated: str
+    ignored: str | None
+    details: Sequence[str]
+
+
 # what a row adds to an offer statement besides its payload, at most: a key of 200 characters
 # and a kind of 100, 4 bytes each and escaped in text protocols, numbers and punctuation
 ROW_OVERHEAD = 4096
@@ -136,6 +151,9 @@ class QueueDao(FlowControl):
     # keys before the insert costs more than a failed insert now and then
     # (``QueueBase.plan_offer``)
     inserts_first: ClassVar[bool] = False
+    # ``offer`` and ``insert_new`` write the offer's history events in their own statement
+    # (given ``events``), so an offer of one chunk that keeps history is one statement still
+    offer_writes_history: ClassVar[bool] = False
     # offers insert through SQL compiled once per row count, the driver binding the values
     # (False where the driver needs SQLAlchemy's own parameter handling)
     precompiled_insert: ClassVar[bool] = False
@@ -354,9 +372,11 @@ class QueueDao(FlowControl):
         return False
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-              now_ms: int, actor: str | None = None) -> list[OfferOutcome]:
+              now_ms: int, actor: str | None = None,
+              events: OfferEvents | None = None) -> list[OfferOutcome]:
         """Insert or update ``rows`` (distinct keys, at most ``offer_chunk``); the messages
-        written say they were enqueued by ``actor`` when it is given.
+        written say they were enqueued by ``actor`` when it is given. ``events``: given only
+        where ``offer_writes_history``.
 
         Lock the existing rows first, so what is compared is what gets updated; insert the
         absent keys; if a concurrent producer inserted one of them in between, the duplicate
@@ -386,10 +406,11 @@ class QueueDao(FlowControl):
                     else OfferOutcome.IGNORED for r in rows]
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                   now_ms: int, actor: str | None) -> None:
+                   now_ms: int, actor: str | None, events: OfferEvents | None = None) -> None:
         """Insert rows all or nothing: one multi-row statement, which a duplicate key undoes
         whole. (Driver executemany can run row by row, or split a large batch, and leave the
-        rows before a failure, which the retry round would then take for someone else's.)"""
+        rows before a failure, which the retry round would then take for someone else's.)
+        ``events``: as for ``offer``."""
         self.insert_rows(conn, self.table, self.row_params(pkind, rows, now_ms, actor))
 
     def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:

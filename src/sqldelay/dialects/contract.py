@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 import sqlalchemy as sa
 
 from ..messages import OfferOutcome
-from .base import Advice, ClaimedRow, OfferRow, PayloadBudget
+from .base import Advice, ClaimedRow, OfferEvents, OfferRow, PayloadBudget
 
 
 class Dialect(Protocol):
@@ -32,6 +32,7 @@ class Dialect(Protocol):
     delete_returning: ClassVar[bool]  # DELETE … RETURNING (or OUTPUT) works
     precompiled_insert: ClassVar[bool]  # offers send a multi-row INSERT compiled once
     inserts_first: ClassVar[bool]  # an offer tries a plain insert of all its rows first
+    offer_writes_history: ClassVar[bool]  # the offer statement writes its history events
     claim_is_one_statement: ClassVar[bool]  # the plain claim is atomic alone
     autocommit_one_statement: ClassVar[bool]  # one-statement operations run in autocommit
     claims_side_by_side: ClassVar[bool]  # a worker gains by making two claims at once
@@ -107,8 +108,10 @@ class Dialect(Protocol):
     # ---- offers ----------------------------------------------------------------------------
 
     def offer(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow], now_ms: int,
-              actor: str | None = None) -> list[OfferOutcome]:
-        """Insert or update a chunk of rows; their outcomes, in order."""
+              actor: str | None = None,
+              events: OfferEvents | None = None) -> list[OfferOutcome]:
+        """Insert or update a chunk of rows; their outcomes, in order (and their history
+        events, given ``events``)."""
 
     def offer_is_one_statement(self, rows: Sequence[OfferRow]) -> bool:
         """Whether ``offer`` of this chunk sends one statement (atomic alone)."""
@@ -123,8 +126,8 @@ class Dialect(Protocol):
         """Run that read: the rows of ``keys`` that exist, locked."""
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                   now_ms: int, actor: str | None) -> None:
-        """Insert rows all or nothing."""
+                   now_ms: int, actor: str | None, events: OfferEvents | None = None) -> None:
+        """Insert rows all or nothing (and their history events, given ``events``)."""
 
     def update_changed(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                        now_ms: int, actor: str | None) -> None:

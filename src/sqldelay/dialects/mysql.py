@@ -23,6 +23,7 @@ from ..schema import QueueKey, QueuePayload, QueueText
 from .base import (
     ROW_OVERHEAD,
     Advice,
+    OfferEvents,
     OfferRow,
     PayloadBudget,
     QueueDao,
@@ -440,7 +441,7 @@ class MySQLQueueDao(QueueDao):
         return self._named_reads[key]
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                   now_ms: int, actor: str | None) -> None:
+                   now_ms: int, actor: str | None, events: OfferEvents | None = None) -> None:
         if not self._write_named(conn, pkind, rows, now_ms, actor, update=False):
             super().insert_new(conn, pkind, rows, now_ms, actor)
 

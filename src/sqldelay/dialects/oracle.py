@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import ERROR_LENGTH, QueueId, QueueKey, QueuePayload, QueueText
-from .base import OfferRow, QueueDao
+from .base import OfferEvents, OfferRow, QueueDao
 from .flow import claim_order
 
 
@@ -114,7 +114,7 @@ class OracleQueueDao(QueueDao):
         op.alter_column(table_name, "last_error_clob", new_column_name="last_error")
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                   now_ms: int, actor: str | None) -> None:
+                   now_ms: int, actor: str | None, events: OfferEvents | None = None) -> None:
         # a failed array insert keeps the rows before the failing one: a savepoint makes the
         # executemany all or nothing
         with conn.begin_nested():
