@@ -113,7 +113,9 @@ class DelayedQueue(QueueBase):
         outcomes: list[OfferOutcome] | None = None
         if plan.first is not None and connection is None:
             try:
-                outcomes = self.executor.run(plan.first, write=True)
+                # its insert is atomic alone (what follows it there, a wake-up, writes
+                # nothing): in autocommit where the database gains by it
+                outcomes = self.executor.run(plan.first, write=True, one_statement=True)
             except sa.exc.DBAPIError as exc:
                 if not self.first_failed(exc):
                     raise

@@ -32,7 +32,7 @@ from .checks import (
 from .clock import Clock, DatabaseClock, duration_ms, from_ms, to_ms
 from .dead_letters_base import DeadLettersBase
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
-from .dialects.base import ROW_OVERHEAD, PayloadBudget
+from .dialects.base import ROW_OVERHEAD, OfferEvents, PayloadBudget
 from .dialects.common import ErrorKind, chunked
 from .dialects.flow import Control
 from .errors import InvalidArgumentError, Raced, UnsupportedFeatureError
@@ -42,6 +42,7 @@ from .history import (
     Recorder,
     check_actor,
     current_actor,
+    detail_text,
     process_actor,
 )
 from .listeners import Listeners, QueueListener
@@ -214,6 +215,8 @@ class QueueBase:
 
         flag = not self.groups_flagged and batch.has_groups
         trace = self.tracer.context()
+        # the dialect's offer statement writes the history events itself (one statement still)
+        recorded = self.recorder is not None and dao.offer_writes_history
 
         def op(conn: sa.Connection) -> list[OfferOutcome]:
             self.now_ms(conn)  # the database clock measured again when due (producers too)
@@ -226,18 +229,20 @@ class QueueBase:
             outcomes: list[OfferOutcome | None] = [None] * len(messages)
             for part in chunks:
                 rows = batch.rows(part)
-                results = dao.offer(conn, self.pkind, rows, now, actor)
+                results = dao.offer(conn, self.pkind, rows, now, actor,
+                                    self._offer_history(rows) if recorded else None)
                 for i, outcome in zip(part, results, strict=True):
                     outcomes[i] = outcome
                 if trace is not None:  # the producer's context, on what this offer wrote
                     changed = [row.key for row, outcome in zip(rows, results, strict=True)
                                if outcome is not OfferOutcome.IGNORED]
                     dao.store_trace_context(conn, self.pkind, changed, trace)
-                if self.recorder is not None:  # the chunk's events, one statement
+                if self.recorder is not None and not recorded:  # the chunk's events
                     self.recorder.write(conn, self._offer_events(rows, results, now, actor))
             return cast(list[OfferOutcome], outcomes)  # every slot filled by its chunk
 
-        alone = not flag and self.recorder is None and trace is None and len(planned) == 1
+        alone = (not flag and (self.recorder is None or recorded) and trace is None
+                 and len(planned) == 1)
         one = alone and dao.offer_is_one_statement(batch.rows(planned[0]))
         first = None
         if alone and dao.inserts_first:
@@ -262,7 +267,10 @@ class QueueBase:
                     and len(batch.chunks(dao.offer_chunk, budget.statement)) > 1):
                 return None
             rows = batch.rows(part)
-            dao.insert_new(conn, self.pkind, rows, now, actor)
+            if self.recorder is None:
+                dao.insert_new(conn, self.pkind, rows, now, actor)
+            else:  # the dialect's insert writes the events (``plan_offer``: recorded)
+                dao.insert_new(conn, self.pkind, rows, now, actor, self._offer_history(rows))
             return [OfferOutcome.CREATED] * len(rows)
 
         return op
@@ -314,6 +322,15 @@ class QueueBase:
         return [self.recorder.event(self.pkind, kinds[outcome], row.key, now, actor=actor,
                                     detail=_describe_offer(row))
                 for row, outcome in zip(rows, outcomes, strict=True) if outcome in kinds]
+
+    def _offer_history(self, rows: Sequence[OfferRow]) -> OfferEvents:
+        """The events of an offer of ``rows`` for the dialect's statement to write
+        (``offer_writes_history``), as ``_offer_events`` makes them for the recorder."""
+        assert self.history_settings is not None and self.recorder is not None  # history
+        return OfferEvents(self.recorder.table, EventKind.OFFERED.value,
+                           EventKind.UPDATED.value,
+                           EventKind.IGNORED.value if self.history_settings.ignored else None,
+                           [detail_text(_describe_offer(row)) for row in rows])
 
     # ---- claims ------------------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay.dialects import REGISTRY, OfferRow
-from sqldelay.schema import dead_letter_table, queue_table, schema_tables
+from sqldelay.dialects.base import OfferEvents
+from sqldelay.dialects.common import AUTOCOMMIT
+from sqldelay.schema import dead_letter_table, history_table, queue_table, schema_tables
 
 from .dao_recorder import (
     RecordingConnection,
@@ -53,8 +55,8 @@ def emitted(name: str) -> list[tuple[str, str]]:
     out = [(f"ddl {i}", sql)
            for i, sql in enumerate(s for table in tables for s in ddl(table, dialect))]
 
-    def record(label, op, results=()):
-        conn = RecordingConnection(dialect, results)
+    def record(label, op, results=(), alone=False):
+        conn = (RecordingConnection if not alone else Alone)(dialect, results)
         op(conn)
         out.extend((f"{label} {i}", render(stmt, params, dialect))
                    for i, (stmt, params) in enumerate(conn.executed))
@@ -65,6 +67,22 @@ def emitted(name: str) -> list[tuple[str, str]]:
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[("new", True, None)]])
     else:
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), existing_answers(dao, existing))
+    # an offer of one chunk in autocommit (messages due: where an offer wakes workers, it
+    # does so after its commit, ``PostgresQueueDao._woken``); the plain insert an offer tries
+    # first where the dialect does (``inserts_first``); where the offer's statement writes
+    # its history events (``offer_writes_history``), both with events
+    if dao.autocommit_one_statement:
+        record("offer alone", lambda c: dao.offer(c, KIND, ROWS, 5000),
+               [[("new", True, None)]], alone=True)
+    record("insert first", lambda c: dao.insert_new(c, KIND, ROWS[:1], 5000, None),
+           alone=True)
+    if dao.offer_writes_history:
+        events = OfferEvents(history_table(dao.table.metadata, dao.table.name), "offered",
+                             "updated", "ignored", ["due 1", "due 2", "due 3"])
+        record("offer with events", lambda c: dao.offer(c, KIND, ROWS, 1, "shop", events),
+               [[("new", True)]], alone=True)
+        record("insert first with events",
+               lambda c: dao.insert_new(c, KIND, ROWS[:1], 1, "shop", events), alone=True)
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
@@ -94,6 +112,15 @@ def emitted(name: str) -> list[tuple[str, str]]:
     ]:
         out.append((label, render(stmt, {}, dialect)))
     return out
+
+
+class Alone(RecordingConnection):
+    """A recording connection in autocommit, as the engine layer runs a one-statement
+    operation (``QueueDao.in_autocommit``)."""
+
+    @property
+    def info(self) -> dict:
+        return {AUTOCOMMIT: True}
 
 
 def golden_text(name: str) -> str:

@@ -55,6 +55,9 @@ INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_init
 -- offer 3
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = NULL, created_at = VALUES(created_at), deliveries = 0, priority = VALUES(priority), group_key = VALUES(group_key);
 
+-- insert first 0
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0);
+
 -- claim 0
 SELECT STRAIGHT_JOIN delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM (SELECT delayed_queue.id AS id FROM delayed_queue FORCE INDEX (delayed_queue_kind_prio_ix) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_walk) AS due INNER JOIN delayed_queue FORCE INDEX (PRIMARY) ON delayed_queue.id = due.id WHERE delayed_queue.scheduled_at <= :b_now LIMIT :b_limit FOR UPDATE SKIP LOCKED;
 

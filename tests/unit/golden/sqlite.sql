@@ -52,6 +52,9 @@ INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_init
 -- offer 2
 UPDATE delayed_queue SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, group_key=:g WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :k;
 
+-- insert first 0
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0);
+
 -- claim 0
 SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
 
