@@ -341,13 +341,15 @@ class QueueBase:
         recorded one)."""
         return self.recorder is None and self.dao.claims_alone(self.control)
 
-    def claim_op(self, limit: int, by: str | None = None, *, own_transaction: bool = True
+    def claim_op(self, limit: int, by: str | None = None, *, own_transaction: bool = True,
+                 acks: Sequence[tuple[str, Sequence[int]]] = ()
                  ) -> tuple[Callable[[sa.Connection], list[Envelope]], list[Undecodable]]:
         """The claim of up to ``limit`` due messages (earliest first) under one lock id, held
         by ``by`` (default, with history: this thread or task, host:pid:name), and the list
         in which it leaves the messages it claimed but could not decode, for the front to
         bury (``bury_undecodable_op``). ``own_transaction``: the op runs in a transaction of
-        its own, so it may raise NeedsTransaction (or Raced) to be run again."""
+        its own, so it may raise NeedsTransaction (or Raced) to be run again. ``acks``:
+        (lock, ids) of messages the claim acks first (``acks_riding``)."""
         check_positive_int(limit, "limit")
         check_actor(by)
         actor = by if by is not None or self.recorder is None else current_actor()
@@ -365,7 +367,7 @@ class QueueBase:
             try:
                 rows, control = self.dao.claim_checked(
                     conn, self.pkind, now, limit, lock, until, actor,
-                    last=self.control, optimistic=optimistic)
+                    last=self.control, optimistic=optimistic, acks=acks)
             except Raced:
                 optimistic = False  # run again, the settings locked first
                 raise
@@ -380,6 +382,19 @@ class QueueBase:
                 return self._sort_out(rows, lock, locked_until, actor, undecodable)
 
         return op, undecodable
+
+    def acks_riding(self, envelopes: Sequence[Envelope]
+                    ) -> list[tuple[str, Sequence[int]]] | None:
+        """(lock, ids) of ``envelopes`` for the claim to ack in its own statement; None
+        where it cannot (the database, or a queue that keeps history: see ``claim_acking``),
+        and the acks go first on their own (``ack_many``)."""
+        if not envelopes or not self.dao.acks_in_claim or self.recorder is not None:
+            return None
+        by_lock: dict[str, list[int]] = {}
+        for env in envelopes:
+            self.check_own(env)
+            by_lock.setdefault(env.lock, []).append(env.row_id)
+        return list(by_lock.items())
 
     def _sort_out(self, rows: Sequence[ClaimedRow], lock: str, locked_until: datetime,
                   actor: str | None, undecodable: list[Undecodable]) -> list[Envelope]:

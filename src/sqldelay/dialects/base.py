@@ -178,6 +178,8 @@ class QueueDao(FlowControl):
     # the queue tables' partial indexes are made here (``schema._Index.where``): claims read
     # unlocked messages and expired locks through two indexes, and must say which they read
     partial_indexes: ClassVar[bool] = False
+    # ``claim_acking`` acks and claims in one statement (else: the acks, then the claim)
+    acks_in_claim: ClassVar[bool] = False
     # the one-statement claim of a dialect that claims by ``claim_returning``: its claim
     # conditions and whether it names the holder
     _claim_statement: Callable[[tuple[str, ...], bool], sa.Executable]
@@ -505,8 +507,9 @@ class QueueDao(FlowControl):
 
     def claim_checked(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                       lock: str, until_ms: int, actor: str | None = None, *,
-                      last: Control | None = None,
-                      optimistic: bool = False) -> tuple[list[ClaimedRow], Control | None]:
+                      last: Control | None = None, optimistic: bool = False,
+                      acks: Sequence[tuple[str, Sequence[int]]] = ()
+                      ) -> tuple[list[ClaimedRow], Control | None]:
         """``claim``, and the queue's flow control where it has any.
 
         A queue without flow control is claimed by the plain claim alone, whose guard lets it
@@ -518,14 +521,22 @@ class QueueDao(FlowControl):
         find nothing: the guarded claim for a controlled queue, the settings read for one
         claimed with its bucket or on credit (read only when that claim takes nothing, to
         learn why); what is claimed never rests on it. ``optimistic``: see
-        ``claim_controlled``."""
+        ``claim_controlled``. ``acks``: (lock, ids) of messages to ack first, in the first
+        claim statement where the dialect can (``claim_acking``), else before it; a claim
+        run again sends them again, which deletes nothing more."""
         bucketed = last is not None and self._bucketed(last)
         grouped = last is not None and self._grouped(last)
         # the bucket charged last, on credit of what it held, where a conflict can be run again
         bucket = ("bucket_credit",) if optimistic else ("bucket",)
+        if acks and not (self.acks_in_claim and (last is None or bucketed)):
+            self.ack_pairs(conn, acks)  # the claim that follows is not the one to carry them
+            acks = ()
         if last is None or bucketed:
-            rows = self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms,
-                                    bucket if bucketed else ("guard",), actor)
+            where = bucket if bucketed else ("guard",)
+            rows = (self.claim_acking(conn, pkind, now_ms, limit, lock, until_ms, where, actor,
+                                      acks) if acks
+                    else self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, where,
+                                          actor))
             if rows:
                 return rows, last
         elif grouped:
@@ -607,6 +618,19 @@ class QueueDao(FlowControl):
         picked = self.pick_due(conn, pkind, now_ms, limit, where)
         self.mark_claimed(conn, [r[0] for r in picked], lock, until_ms, actor)
         return [self.claimed_row(r) for r in picked]
+
+    def claim_acking(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                     lock: str, until_ms: int, where: Sequence[str], actor: str | None,
+                     acks: Sequence[tuple[str, Sequence[int]]]) -> list[ClaimedRow]:
+        """Ack the messages ``acks`` names ((lock, ids) of finished claim batches), then
+        ``claim_plain``: here two statements or more; one where ``acks_in_claim``."""
+        self.ack_pairs(conn, acks)
+        return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, where, actor)
+
+    def ack_pairs(self, conn: sa.Connection, acks: Sequence[tuple[str, Sequence[int]]]) -> None:
+        """``ack_many`` of each (lock, ids) of ``acks``."""
+        for lock, ids in acks:
+            self.ack_many(conn, lock, ids)
 
     def claim_returning(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                         lock: str, until_ms: int, where: Sequence[str], actor: str | None,

@@ -40,6 +40,7 @@ class Dialect(Protocol):
     bucket_in_claim: ClassVar[bool]  # the claim statement charges a rate limit's bucket
     groups_in_claim: ClassVar[bool]  # a queue of groups alone is claimed by claim_groups
     ack_frees_in_one: ClassVar[bool]  # ack_freeing is one statement
+    acks_in_claim: ClassVar[bool]  # claim_acking acks and claims in one statement
 
     # read only, where a dialect narrows the type (a class sets a value)
     @property
@@ -147,6 +148,11 @@ class Dialect(Protocol):
                     until_ms: int, where: Sequence[str],
                     actor: str | None = None) -> list[ClaimedRow]:
         """Claim up to ``limit`` due rows meeting the claim conditions ``where``."""
+
+    def claim_acking(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
+                     lock: str, until_ms: int, where: Sequence[str], actor: str | None,
+                     acks: Sequence[tuple[str, Sequence[int]]]) -> list[ClaimedRow]:
+        """Ack ``acks`` ((lock, ids) pairs), then ``claim_plain``."""
 
     def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
         """The locking read of the first due rows, in claim order."""

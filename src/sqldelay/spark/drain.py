@@ -53,7 +53,7 @@ class _DrainTask:
     batch_size: int
     acquire_timeout: timedelta
     max_seconds: float | None
-    handler: Callable[[Envelope], Any]
+    handler: Callable[[Envelope[DelayedQueue]], object]
 
     def run(self) -> dict[str, int]:
         deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
@@ -73,9 +73,9 @@ class _DrainTask:
             engine.dispose()
         return counts
 
-    def _handle(self, queue: DelayedQueue, envelopes: list[Envelope], deadline: float | None,
-                counts: dict[str, int]) -> None:
-        done: list[Envelope] = []
+    def _handle(self, queue: DelayedQueue, envelopes: list[Envelope[DelayedQueue]],
+                deadline: float | None, counts: dict[str, int]) -> None:
+        done: list[Envelope[DelayedQueue]] = []
         for i, env in enumerate(envelopes):
             # the first message always starts: a claim that returns after the limit (a slow
             # first connection, a loaded server) still makes progress instead of giving all back
@@ -96,7 +96,8 @@ class _DrainTask:
         counts["lost"] += len(done) - acked
 
 
-def drain_with_spark(spark: Any, url: str, queue: str, handler: Callable[[Envelope], Any], *,
+def drain_with_spark(spark: Any, url: str, queue: str,
+                     handler: Callable[[Envelope[DelayedQueue]], object], *,
                      parallelism: int = 2, max_seconds: float | None = None,
                      serializer: str | Serializer = "json",
                      table_name: str = DEFAULT_TABLE, batch_size: int = 100,

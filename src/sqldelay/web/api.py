@@ -65,7 +65,7 @@ class Service:
         self.dead = AsyncDeadLetters(engine, table_name=table_name,
                                      history=history not in (None, False))
         self.inspector = AsyncInspector(engine, table_name=table_name)
-        self._queues: OrderedDict[tuple, AsyncDelayedQueue] = OrderedDict()
+        self._queues: OrderedDict[tuple[str, Any], AsyncDelayedQueue] = OrderedDict()
 
     def queue(self, name: str) -> AsyncDelayedQueue:
         """The queue named in the path (refused with 400 when the library refuses it)."""
@@ -269,7 +269,7 @@ class Service:
                            "dead letters, pause or limits", field="queue")
         return JSONResponse(found)
 
-    async def queue_json(self, queue: AsyncDelayedQueue) -> dict:
+    async def queue_json(self, queue: AsyncDelayedQueue) -> dict[str, Any]:
         stats = await queue.stats()
         control = await queue.flow_control()
         dead = await self.dead.count(queue.name)
@@ -417,7 +417,7 @@ def _seconds(delta: timedelta | None) -> float | None:
     return None if delta is None else delta.total_seconds()
 
 
-def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict:
+def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict[str, Any]:
     """A stored message: ``due_at`` is when it may next be claimed (a retry's time while it
     waits for one, the lock's expiry while in flight), ``scheduled_at`` the producer's."""
     if m.in_flight:
@@ -438,7 +438,7 @@ def message_json(queue: str, m: QueuedMessage, now: datetime) -> dict:
     return out
 
 
-def dead_letter_json(d: DeadLetter) -> dict:
+def dead_letter_json(d: DeadLetter) -> dict[str, Any]:
     out = {"queue": d.queue, "key": d.key, "state": "dead_lettered", "id": d.id,
            "attempts": d.attempts, "last_error": d.last_error, "failed_at": _iso(d.failed_at),
            "due_at": _iso(d.scheduled_at), "created_at": _iso(d.created_at),
@@ -450,24 +450,24 @@ def dead_letter_json(d: DeadLetter) -> dict:
     return out
 
 
-def event_json(e: HistoryEvent) -> dict:
+def event_json(e: HistoryEvent) -> dict[str, Any]:
     return {"at": _iso(e.at), "event": e.kind.value, "actor": e.actor, "attempt": e.attempt,
             "detail": e.detail}
 
 
-def stats_json(s: QueueStats) -> dict:
+def stats_json(s: QueueStats) -> dict[str, Any]:
     return {"due": s.due, "scheduled": s.scheduled, "in_flight": s.in_flight,
             "oldest_due_age_seconds": _seconds(s.oldest_due_age)}
 
 
-def summary_json(s: QueueSummary) -> dict:
+def summary_json(s: QueueSummary) -> dict[str, Any]:
     return {"queue": s.queue, "payload_type": s.type_name, "due": s.due,
             "scheduled": s.scheduled, "in_flight": s.in_flight,
             "dead_letters": s.dead_letters,
             "oldest_due_age_seconds": _seconds(s.oldest_due_age)}
 
 
-def control_json(c: FlowControl) -> dict:
+def control_json(c: FlowControl) -> dict[str, Any]:
     return {"paused": c.paused, "rate_limit": c.rate_limit,
             "rate_period_seconds": _seconds(c.rate_period),
             "concurrency_limit": c.concurrency_limit}

@@ -5,7 +5,7 @@ application of one's own."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -76,7 +76,7 @@ def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
         return JSONResponse(document)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         sampler.start()
         try:
             yield

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import ApiError
-from .sessions import Sessions, Throttle
+from .sessions import Session, Sessions, Throttle
 
 MIN_TOKEN_LENGTH = 16
 COOKIE = "sqldelay_session"
@@ -161,7 +161,7 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _csrf_problem(session, given: str | None) -> ApiError | None:
+def _csrf_problem(session: Session, given: str | None) -> ApiError | None:
     if not Sessions.csrf_matches(session, given):
         return ApiError(403, "csrf", "the dashboard's CSRF token is missing or wrong",
                         field=CSRF_HEADER)

@@ -3,6 +3,8 @@ the request it is about (when one is), and a message for people."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.responses import JSONResponse
 
 
@@ -18,7 +20,7 @@ class ApiError(Exception):
         self.field = field
         self.headers = headers
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         error = {"code": self.code, "message": self.message}
         if self.field is not None:
             error["field"] = self.field

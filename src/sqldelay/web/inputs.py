@@ -9,9 +9,10 @@ import asyncio
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from starlette.requests import Request
@@ -22,6 +23,8 @@ from ..errors import InvalidArgumentError
 from ..queue_base import MAX_LIMIT, check_priority
 from ..schema import KEY_LENGTH
 from .errors import ApiError, invalid
+
+T = TypeVar("T")
 
 # how deep a body's arrays and objects may nest: well under Python's recursion limit (1,000
 # frames, which the handler's own frames share), so a payload accepted can be encoded, stored,
@@ -224,7 +227,8 @@ def _after(now: datetime, delay: timedelta, field: str) -> datetime:
                           code="invalid_delay")
 
 
-def _library_check(check, *args, field: str, code: str = "invalid") -> Any:
+def _library_check(check: Callable[..., T], *args: object, field: str,
+                   code: str = "invalid") -> T:
     try:
         return check(*args)
     except InvalidArgumentError as exc:

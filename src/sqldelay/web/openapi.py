@@ -7,6 +7,9 @@ against it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from ..history import EventKind
 from ..inspection_base import AFTER_PATTERN
 from ..queue_base import MAX_LIMIT, MAX_PRIORITY, MAX_QUEUE_NAME, MIN_PRIORITY
@@ -20,15 +23,15 @@ DURATION_PATTERN = (r"^P(?!$)([0-9]+W)?([0-9]+D)?(T(?=[0-9])([0-9]+H)?([0-9]+M)?
                     r"([0-9]+(\.[0-9]+)?S)?)?$")
 
 
-def _ref(name: str) -> dict:
+def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict, description: str) -> dict:
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _errors(*statuses: int) -> dict:
+def _errors(*statuses: int) -> dict[str, Any]:
     """The error responses of an operation: those every one may answer, and ``statuses``."""
     every = {400, 401, 403, 404, 429, 503}
     if 413 in statuses:  # a body: too large, or too slow to arrive
@@ -45,7 +48,7 @@ _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _NULLABLE_SECONDS = {"type": ["number", "null"]}
 
 
-def openapi_document(*, max_body: int, max_batch: int) -> dict:
+def openapi_document(*, max_body: int, max_batch: int) -> dict[str, Any]:
     """The document, with this service's limits in it."""
     queue = {"name": "queue", "in": "path", "required": True,
              "schema": {"type": "string", "minLength": 1, "maxLength": MAX_QUEUE_NAME}}
@@ -210,7 +213,8 @@ def openapi_document(*, max_body: int, max_batch: int) -> dict:
          "seconds"),
         ("Unavailable", "the database is unreachable or has no queue table"))}
 
-    def op(summary: str, ok: dict, *, body: dict | None = None, params=(), errors=()) -> dict:
+    def op(summary: str, ok: dict[str, Any], *, body: dict[str, Any] | None = None,
+           params: Iterable[dict[str, Any]] = (), errors: Iterable[int] = ()) -> dict[str, Any]:
         out = {"summary": summary, "parameters": list(params), "responses": {**ok,
                                                                            **_errors(*errors)}}
         if body is not None:

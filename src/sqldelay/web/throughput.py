@@ -22,9 +22,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
+from ..executor_async import AsyncExecutor
 from ..history import EventKind, Recorder
 from ..schema import history_table
 
@@ -34,7 +36,7 @@ MINUTES = 60  # minutes kept per queue
 
 
 class Sampler:
-    def __init__(self, executor, table_name: str, every: timedelta) -> None:
+    def __init__(self, executor: AsyncExecutor, table_name: str, every: timedelta) -> None:
         if not isinstance(every, timedelta) or every.total_seconds() <= 0:
             raise ValueError(f"sample_every must be a positive timedelta, got {every!r}")
         self.executor = executor
@@ -48,7 +50,7 @@ class Sampler:
         self._minute: int | None = None  # the minute of the last sample
         # pkind -> minute (epoch ms) -> [offered, acked]
         self._minutes: dict[str, dict[int, list[int]]] = defaultdict(dict)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Sample in the background on the running loop, from now on (idempotent)."""
@@ -96,7 +98,7 @@ class Sampler:
             if not per_minute:  # a queue quiet for the last hour is forgotten
                 del self._minutes[pkind]
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """What the dashboard draws: the first minute counted whole (None: not sampled yet),
         the minute of the last sample (the current one, counted so far), and per queue
         (``name|type``) [minute, offered, acked] for each minute with events, oldest first
