@@ -157,12 +157,19 @@ class AsyncDelayedQueue(QueueBase):
         return got[0] if got else None
 
     async def poll_many(self, limit: int, *, by: str | None = None,
-                        connection: AsyncConnection | None = None) -> list[AsyncEnvelope]:
+                        connection: AsyncConnection | None = None,
+                        ack: Sequence[AsyncEnvelope] = ()) -> list[AsyncEnvelope]:
         """Claim up to ``limit`` due messages under one lock id: higher priority first, then
         earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
         the consumer (stored as ``claimed_by``; with history its default is this thread or
-        task, host:pid:name)."""
-        op, undecodable = self.claim_op(limit, by, own_transaction=connection is None)
+        task, host:pid:name). ``ack``: messages this consumer is done with, acked first
+        (as ``ack_many``), on PostgreSQL in the claim's own statement: one round trip for
+        the ack of a batch and the claim of the next."""
+        acks = self.acks_riding(ack)
+        if ack and acks is None:
+            await self.ack_many(ack, connection=connection)
+        op, undecodable = self.claim_op(limit, by, own_transaction=connection is None,
+                                        acks=acks or ())
         run = partial(self.executor.run, op, write=True, connection=connection,
                       read_committed=not self.backlog)
         with self.tracer.span(CLAIM, self.name, limit):

@@ -276,12 +276,19 @@ class AsyncWorker(WorkerBase):
         self._ahead = full and self._waited
         return batch
 
-    async def _claim_into_buffer(self, queue: AsyncDelayedQueue, count: int) -> list:
+    async def _claim_into_buffer(self, queue: AsyncDelayedQueue, count: int,
+                                 acks: list[AsyncEnvelope] | None = None) -> list:
         """Claim up to ``count`` messages of ``queue`` and put them in the handlers' buffer
         as soon as they arrive: from there the heartbeat renews their locks. Two claims side
         by side each hand theirs over on its own; the first batch waiting for the second
-        one, out of the heartbeat's sight, lost its locks when the second was slow."""
-        batch = await queue.poll_many(count, by=self.name)
+        one, out of the heartbeat's sight, lost its locks when the second was slow. ``acks``
+        (``_acks_along``) go with the claim, and the list is emptied once they are sent."""
+        batch = await queue.poll_many(count, by=self.name, ack=acks or ())
+        if acks:
+            async with self._lock:
+                self._acking.difference_update(acks)
+                self._acked += len(acks)
+            acks.clear()
         if batch:
             self._events.emit("picked", batch)
             async with self._lock:
@@ -317,9 +324,16 @@ class AsyncWorker(WorkerBase):
             queue = self.queues[name]
             claim = partial(self._patiently_on, name, partial(self._claim_into_buffer, queue,
                                                               count))
+            acks = await self._acks_along(queue)
+            first = partial(self._patiently_on, name, partial(self._claim_into_buffer, queue,
+                                                              count, acks))
             twice = (self._ahead and len(self.queues) == 1 and name not in self.limits
                      and queue.dao.claims_side_by_side)
-            batch = await (_claimed_twice(claim) if twice else claim())
+            try:
+                batch = await (_claimed_twice(first, claim) if twice else first())
+            finally:
+                if acks:  # not sent: back to the ack loop
+                    await self._acks_back(acks)
             if batch is None:
                 return None, False
             if batch is _DOWN:
@@ -329,6 +343,26 @@ class AsyncWorker(WorkerBase):
             if batch:
                 return batch, len(batch) == count * (2 if twice else 1)
         return [], False
+
+    async def _acks_along(self, queue: AsyncDelayedQueue) -> list[AsyncEnvelope]:
+        """The acks waiting for the ack loop that the claim of ``queue`` about to be sent can
+        carry in its own statement (``DelayedQueue.poll_many(ack=)``, PostgreSQL): one round
+        trip then acks the finished batch and claims the next. Only a claim that is coming
+        anyway takes them; the ack loop sends the others within ``ack_window``, as ever."""
+        if not queue.dao.acks_in_claim or queue.recorder is not None:
+            return []
+        async with self._lock:
+            acks = [e for e in self._to_ack if e.queue is queue]
+            if acks:
+                self._to_ack = [e for e in self._to_ack if e.queue is not queue]
+                self._acking.update(acks)
+        return acks
+
+    async def _acks_back(self, acks: list[AsyncEnvelope]) -> None:
+        async with self._lock:
+            self._acking.difference_update(acks)
+            self._to_ack[:0] = acks  # acks are idempotent: send them again later
+            self._acks_waiting.set()
 
     async def _due_now(self) -> bool:
         """Whether a message is due on a queue (of those that can be reached)."""
@@ -360,7 +394,8 @@ class AsyncWorker(WorkerBase):
                     self._acked += 1
                 elif ok:
                     self._to_ack.append(envelope)
-                    self._acks_waiting.set()
+                    if not self._acks_waiting.is_set():  # setting it again costs a notify
+                        self._acks_waiting.set()
                 if not self._buffer:
                     # only an empty buffer concerns the waiters (the fetcher refills it, drain
                     # and shutdown wait for the running set): waking them per message is costly
@@ -769,10 +804,10 @@ async def _at_once(fn: Callable[[], Any]) -> Any:
         return await fn()
 
 
-async def _claimed_twice(claim: Callable[[], Any]) -> Any:
-    """``claim`` twice, side by side: the two batches as one; None where neither claimed
-    because the worker stopped, _DOWN where both found the database down."""
-    outcomes = await side_by_side([claim, claim])
+async def _claimed_twice(first: Callable[[], Any], second: Callable[[], Any]) -> Any:
+    """Two claims side by side: the two batches as one; None where neither claimed because
+    the worker stopped, _DOWN where both found the database down."""
+    outcomes = await side_by_side([first, second])
     for outcome in outcomes:
         if isinstance(outcome, Exception):
             raise outcome

@@ -164,6 +164,23 @@ def test_ack_many_across_batches_counts_only_held_locks(make_queue, clock):
     assert queue.stats().due == 0
 
 
+def test_poll_many_acks_what_it_is_given_before_it_claims(make_queue, clock):
+    queue = make_queue(acquire_timeout=timedelta(seconds=10))
+    queue.offer_many([Message(f"k{i}", i) for i in range(4)])
+    a = queue.poll_many(2)
+    b = queue.poll_many(2)
+    clock.advance(11 * SEC)  # every lock expired: each of these is due again
+    retaken = queue.poll_many(1)  # takes over a[0], whose ack then deletes nothing
+    assert [e.payload for e in retaken] == [0]
+    queue.offer_many([Message(f"k{i}", i) for i in range(4, 6)])
+    # the acked messages are gone, not claimed again, though their locks had expired
+    after = queue.poll_many(10, ack=a + b)
+    assert [e.payload for e in after] == [4, 5]
+    assert queue.stats().in_flight == 3
+    assert [e.payload for e in queue.poll_many(10, ack=retaken + after)] == []
+    assert queue.stats().in_flight == queue.stats().due == 0
+
+
 def test_release_now_and_later(queue, clock):
     queue.offer("k", 1)
     env = queue.poll()

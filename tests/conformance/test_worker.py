@@ -467,7 +467,8 @@ def test_a_message_its_handler_acked_itself_gets_no_second_ack(make_queue, front
     deletes: list[str] = []
 
     def count(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("DELETE") and f" {table} " in f"{statement} ":
+        # an ack alone, or one riding on the next claim (PostgreSQL: a CTE of the claim's)
+        if f"DELETE FROM {table} " in " ".join(statement.split()) + " ":
             deletes.append(statement)
 
     def handler(envelope):
@@ -481,7 +482,9 @@ def test_a_message_its_handler_acked_itself_gets_no_second_ack(make_queue, front
     finally:
         sa.event.remove(events, "before_cursor_execute", count)
     assert not q.contains("self") and not q.contains("worker")
-    assert len(deletes) == 2  # the handler's ack of "self", the worker's of "worker"
+    # the handler's ack of "self", the worker's of "worker" (with "self" acked again, the
+    # ack of "self" rides on the claim of "worker" or goes alone: a third)
+    assert len(deletes) == 2
 
 
 def test_dead_letters_cli_lists_requeues_and_drops(make_queue, clock, backend_url, table_name,

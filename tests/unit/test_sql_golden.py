@@ -84,6 +84,11 @@ def emitted(name: str) -> list[tuple[str, str]]:
         record("insert first with events",
                lambda c: dao.insert_new(c, KIND, ROWS[:1], 1, "shop", events), alone=True)
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
+    # the ack of two finished batches riding on the next claim (one statement where
+    # acks_in_claim, else the acks first)
+    record("claim acking", lambda c: dao.claim_acking(c, KIND, 100, 10, "L", 400, ("guard",),
+                                                      None, [("K", [7, 8]), ("J", [9])]),
+           [] if dao.acks_in_claim else [[], [], [CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
     record("lock_acked", lambda c: dao.lock_acked(c, [8, 7]))

@@ -378,3 +378,18 @@ def test_a_heartbeat_renews_a_claim_batch_in_one_statement_that_parses(dao):
     assert sql == ("UPDATE dq SET scheduled_at=:until WHERE dq.lock_uuid = :lock "
                    "AND dq.id IN (:ids_1, :ids_2) AND dq.scheduled_at > :now")
     assert_tsql([sql])
+
+
+def test_acks_riding_on_a_claim_go_first_as_acks_of_their_own(dao):
+    # SQL Server carries no ack in its claim statement (acks_in_claim): each finished batch
+    # is acked by its lock, then the claim runs as ever
+    conn = RecordingConnection(DIALECT, results=[[], [], []])
+    assert dao.claim_acking(conn, "q|json", 100, 3, "lock-3", 400, ("guard",), None,
+                            [("lock-1", [7, 8]), ("lock-2", [9])]) == []
+    statements = sent(conn)
+    assert [params for _, params in conn.executed[:2]] == [
+        {"lock": "lock-1", "ids": [7, 8]}, {"lock": "lock-2", "ids": [9]}]
+    assert all(s.startswith("DELETE FROM dq") for s in statements[:2])
+    assert statements[2].startswith("WITH picked AS (SELECT TOP (:limit)")
+    assert not dao.acks_in_claim
+    assert_tsql(statements)

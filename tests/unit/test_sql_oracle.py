@@ -442,3 +442,19 @@ def test_a_heartbeat_renews_a_claim_batch_in_one_statement_that_parses(dao):
                  DIALECT)
     assert "dq.lock_uuid = :\"lock\"" in sql and "dq.scheduled_at > :now" in sql
     assert_oracle([sql])
+
+
+def test_acks_riding_on_a_claim_go_first_as_acks_of_their_own(dao):
+    # Oracle carries no ack in its claim (acks_in_claim): each finished batch is acked by its
+    # lock, then the claim's cursor is opened as ever
+    due = [(3, "a", b"pa", 20, 20, 1, 1, 0, None, None, None, None, None)]
+    conn = RecordingConnection(DIALECT, results=[[], [], due])
+    rows = dao.claim_acking(conn, "q|json", 100, 2, "lock-3", 400, ("guard",), None,
+                            [("lock-1", [7, 8]), ("lock-2", [9])])
+    assert [r.id for r in rows] == [3]
+    assert [params for _, params in conn.executed[:2]] == [
+        {"lock": "lock-1", "ids": [7, 8]}, {"lock": "lock-2", "ids": [9]}]
+    statements = sent(conn)
+    assert all(s.startswith("DELETE FROM dq") for s in statements[:2])
+    assert len(conn.cursor_calls) == 1 and not dao.acks_in_claim
+    assert_oracle(statements)

@@ -295,6 +295,8 @@ class QueueDao(FlowControl):
     transient_codes: ClassVar[frozenset] = frozenset()
     unavailable_codes: ClassVar[frozenset] = frozenset()
     missing_table_codes: ClassVar[frozenset] = frozenset()
+    # the transient ones that are deadlocks (counted apart: ``retry_counts``)
+    deadlock_codes: ClassVar[frozenset] = frozenset()
 
     @classmethod
     def server_time(cls) -> sa.Executable:
@@ -317,6 +319,12 @@ class QueueDao(FlowControl):
             if code in codes:
                 return kind
         return ErrorKind.OTHER
+
+    @classmethod
+    def is_deadlock(cls, exc: BaseException | None) -> bool:
+        """Whether ``exc`` is the database's report of a deadlock."""
+        return (isinstance(exc, sa.exc.DBAPIError) and bool(cls.deadlock_codes)
+                and cls.error_code(exc) in cls.deadlock_codes)
 
     # ---- wake-ups (only where ``notifications`` is True) -----------------------------------
 

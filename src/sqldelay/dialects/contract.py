@@ -57,6 +57,7 @@ class Dialect(Protocol):
     transient_codes: ClassVar[frozenset]  # deadlocks, lock timeouts: run again
     unavailable_codes: ClassVar[frozenset]  # the server is down or restarting: wait
     missing_table_codes: ClassVar[frozenset]  # a table or index does not exist
+    deadlock_codes: ClassVar[frozenset]  # the transient codes that are deadlocks
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> object:

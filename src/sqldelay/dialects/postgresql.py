@@ -150,6 +150,7 @@ class PostgresQueueDao(QueueDao):
     duplicate_key_codes = frozenset({"23505"})
     # serialization failure, deadlock, lock not available
     transient_codes = frozenset({"40001", "40P01", "55P03"})
+    deadlock_codes = frozenset({"40P01"})
     # connection exceptions (class 08); admin shutdown, crash shutdown, cannot connect now
     # (starting up or shutting down): asyncpg reports some of these as plain DBAPI errors
     unavailable_codes = frozenset({"08000", "08001", "08003", "08004", "08006", "08007",
