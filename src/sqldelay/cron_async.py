@@ -20,6 +20,7 @@ from .cron_base import (
     check_prefix,
 )
 from .messages import OfferOutcome
+from .outages import patience
 from .schedules import CronSchedule, PeriodicSchedule, Schedule, daily
 
 if TYPE_CHECKING:  # the queue module imports this one
@@ -70,7 +71,10 @@ class AsyncCronHandle:
         wait = self._first_wait
         while not await wait_event(self._stop, wait):
             try:
-                wait = await self._install_once()
+                # no patience: the next round, ``refresh`` on, rides out an outage, and close()
+                # is heard meanwhile
+                with patience(0):
+                    wait = await self._install_once()
             except Exception:  # any failure: log it, keep the schedule alive, try again later
                 log.warning("installing cron schedule %r failed; trying again in %.3g s",
                             self.prefix, self._refresh, exc_info=True)
