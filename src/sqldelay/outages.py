@@ -6,10 +6,11 @@ covers ``DelayedQueue`` and ``AsyncDelayedQueue`` alike), looked up in this orde
 innermost ``with patience(...)`` block of the current thread or asyncio task, then the
 queue's own ``patience=``, then the process-wide default (``set_default_patience``;
 ``DEFAULT_PATIENCE`` until set). The default rides out the failovers measured in
-docs/high-availability.md (1.7 to 3.5 s with a tuned Patroni) and a quick restart, while a
-caller waits at most that long past its pool's own wait. A worker's own calls run with
-``patience(0)``: it waits out outages between calls, where it stays responsive to ``stop``
-and keeps its heartbeat going.
+docs/high-availability.md (1.7 to 3.5 s with a tuned Patroni) and a quick restart. No new
+attempt starts after the patience is spent, so a call raises at most one attempt later (an
+attempt lasts as long as the driver's connect timeout allows). A worker's and a cron
+installer's own calls run with ``patience(0)``: they wait out outages between calls, where
+they stay responsive to ``stop``/``close`` (and the worker keeps its heartbeat going).
 """
 
 from __future__ import annotations
