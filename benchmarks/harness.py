@@ -78,6 +78,10 @@ class Figure:
     params: dict = field(default_factory=dict)
     series: list = field(default_factory=list)  # [[x, y], ...] behind a plot
     note: str = ""  # why a reference is missing, or what limits a figure
+    # the operations sqldelay's engine layer ran again during the figure's scenario, and the
+    # deadlocks among them (``sqldelay.retry_counts``; set by the runner on our subjects)
+    retries: int | None = None
+    deadlocks: int | None = None
 
     def as_json(self) -> dict:
         return asdict(self)

@@ -41,23 +41,30 @@ def _rows(figures: list[Figure]) -> list[tuple[str, ...]]:
         if f.note:
             params = f"{params} ({f.note})".strip()
         rows.append((f.scenario, f.subject, f.metric, value,
-                     "" if ratio is None else f"{ratio:.2f}", params))
+                     "" if ratio is None else f"{ratio:.2f}",
+                     "" if f.retries is None else f"{f.retries:,}",
+                     "" if f.deadlocks is None else f"{f.deadlocks:,}", params))
     return rows
 
 
-HEADER = ("scenario", "subject", "metric", "value", "ours/it", "parameters")
+# retries, deadlocks: what sqldelay's engine layer ran again during the scenario (all of its
+# subjects of ours together), and the deadlocks among them; blank for the references
+HEADER = ("scenario", "subject", "metric", "value", "ours/it", "retries", "deadlocks",
+          "parameters")
+_NUMBERS = (3, 4, 5, 6)  # the right-aligned columns
 
 
 def table(figures: list[Figure]) -> str:
     """The figures, "ours/it" being the blocking front end's over each reference; then the
     other variants of ours over each reference, one line each."""
     rows = [HEADER, *_rows(figures)]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    last = len(HEADER) - 1  # the parameters, unaligned
+    widths = [max(len(row[i]) for row in rows) for i in range(last)]
     lines = []
     for n, row in enumerate(rows):
-        cells = [c.rjust(w) if i in (3, 4) else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row[:5], widths, strict=True))]
-        lines.append("  ".join([*cells, row[5]]))
+        cells = [c.rjust(w) if i in _NUMBERS else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row[:last], widths, strict=True))]
+        lines.append("  ".join([*cells, row[last]]))
         if n == 0:
             lines.append("-" * len(lines[0]))
     variants = [(key, v) for key, v in ratios(figures).items() if key[2] != OURS]
@@ -69,7 +76,8 @@ def table(figures: list[Figure]) -> str:
 
 def markdown(figures: list[Figure]) -> str:
     """The same table in Markdown, for benchmarks/README.md."""
-    out = ["| " + " | ".join(HEADER) + " |", "|---|---|---|---:|---:|---|"]
+    out = ["| " + " | ".join(HEADER) + " |",
+           "|" + "|".join("---:" if i in _NUMBERS else "---" for i in range(len(HEADER))) + "|"]
     out += ["| " + " | ".join(row) + " |" for row in _rows(figures)]
     return "\n".join(out)
 

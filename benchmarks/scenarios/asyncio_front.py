@@ -7,8 +7,9 @@ statement run through ``AsyncConnection.run_sync`` (how the async front end runs
 operation), alternating rounds, median: the cost of the design, measured.
 async_peers: the peers scenario's work through the asyncio API: ``producers`` tasks offer
 ``peer_jobs`` no-op jobs in batches of ``batch``, then ``consumers`` tasks drain them with
-``poll_many(batch)`` + ``ack_many``. The blocking front end's and pgqueuer's figures of the same
-run (scenario "peers") stand beside them.
+``poll_many(batch)`` + ``ack_many``; the drivers take turns for three rounds (medians). The
+blocking front end's and pgqueuer's figures of the same run (scenario "peers") stand beside
+them.
 async_worker_drain: ``AsyncWorker(noop, concurrency=consumers * 25, batch_size=batch).drain()``
 over ``peer_jobs`` due messages, beside the blocking Worker and pgqueuer of the same run.
 async_worker_wakeup: an idle AsyncWorker (idle poll 30 s with NOTIFY, 0.25 s without) and an
@@ -107,11 +108,15 @@ def async_peers(bench: Bench) -> None:
     n = bench.sizes.peer_jobs // bench.batch * bench.batch
     params = {"jobs": n, "batch": bench.batch, "producers": bench.producers,
               "consumers": bench.consumers}
-    for driver, url in _urls(bench).items():
-        enqueue_s, process_s, processed = asyncio.run(_peers(url, bench, n))
-        bench.add(ENQUEUE, subject(driver), RATE, n / enqueue_s, params=params)
-        bench.add(PROCESS, subject(driver), RATE, processed / process_s,
-                  params={**params, "processed": processed})
+    runs = alternate(ROUNDS, {driver: lambda url=url: asyncio.run(_peers(url, bench, n))
+                              for driver, url in _urls(bench).items()})
+    for driver, values in runs.items():
+        enqueue = spread([n / enqueue_s for enqueue_s, _, _ in values])
+        bench.add(ENQUEUE, subject(driver), RATE, enqueue["median"], params={**params, **enqueue})
+        process = spread([done / process_s for _, process_s, done in values])
+        bench.add(PROCESS, subject(driver), RATE, process["median"],
+                  params={**params, **process,
+                          "processed": min(done for _, _, done in values)})
 
 
 async def _peers(url: str, bench: Bench, n: int) -> tuple[float, float, int]:

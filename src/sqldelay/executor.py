@@ -30,6 +30,7 @@ from .dialects import ErrorKind, QueueDao
 from .errors import SchemaMissingError
 from .outages import current_patience
 from .outages import patience as patience  # its former home: ``from sqldelay.executor import``
+from .retry_counts import retried
 
 T = TypeVar("T")
 log = logging.getLogger("sqldelay")
@@ -48,8 +49,8 @@ class Executor:
             retry=retry_if_exception(self._is_retryable),
             wait=wait_random_exponential(multiplier=0.005, max=max_backoff),
             stop=self._stop,
-            before_sleep=lambda state: log.debug("retrying after %s",
-                                                 state.outcome and state.outcome.exception()),
+            before_sleep=lambda state: self._retrying_after(
+                state.outcome.exception() if state.outcome else None),
             reraise=True,
         )
 
@@ -74,7 +75,7 @@ class Executor:
             except (sa.exc.DBAPIError, OSError) as exc:
                 if not self._is_retryable(exc):
                     raise
-                log.debug("retrying after %s", exc)
+                self._retrying_after(exc)
             else:
                 self._reached = True
                 return result
@@ -91,6 +92,10 @@ class Executor:
                     "history=True there (-x history=true)"
                 ) from exc
             raise
+
+    def _retrying_after(self, exc: BaseException | None) -> None:
+        log.debug("retrying after %s", exc)
+        retried(self.dao, exc)  # counted only while someone counts (``retry_counts``)
 
     def _joined(self, op: Callable[[sa.Connection], T], conn: sa.Connection) -> T:
         self.dao.join_write(conn)  # the caller's transaction: SQLite's write lock first

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, SchemaMissingError, create_schema
 from sqldelay.dialects import ErrorKind, OfferRow
+from sqldelay.retry_counts import counting
 from sqldelay.worker_base import is_outage
 
 from ..conftest import DATABASES, FRONTS, Target, unique_name
@@ -160,6 +161,39 @@ def test_transient_errors_are_retried_and_others_are_not(make_queue, front):
     with pytest.raises(ValueError):
         front.run(executor.run, broken, write=True)
     assert len(calls) == 1
+
+
+def test_retries_and_deadlocks_are_counted_while_someone_counts(one_queue, engine, front):
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has no row locks, so no deadlocks: one writer at a time")
+    table = one_queue.dao.table
+    one_queue.offer("a", 1)
+    one_queue.offer("b", 2)
+
+    def touch(key):
+        return sa.update(table).where(table.c.pkind == one_queue.pkind, table.c.pkey == key) \
+            .values(deliveries=table.c.deliveries + 1)
+
+    [deadlock] = provoke(engine, [(touch("a"), touch("b")), (touch("b"), touch("a"))])
+
+    class Busy(sa.exc.DBAPIError):  # transient, and no deadlock
+        pass
+
+    executor = front.executor(_ClassifyAs(one_queue.dao, (Busy, type(deadlock))))
+    failures: list[BaseException] = []
+
+    def flaky(conn):
+        if failures:
+            raise failures.pop(0)
+        return "done"
+
+    failures[:] = [deadlock, Busy("UPDATE …", {}, Exception("busy"))]
+    assert front.run(executor.run, flaky, write=True) == "done"  # nobody counting
+    with counting() as seen:
+        failures[:] = [deadlock, Busy("UPDATE …", {}, Exception("busy"))]
+        assert front.run(executor.run, flaky, write=True) == "done"
+        assert front.run(executor.run, flaky, write=True) == "done"  # no retry
+    assert (seen.retries, seen.deadlocks) == (2, 1)
 
 
 class _ClassifyAs:

@@ -76,6 +76,7 @@ class MSSQLQueueDao(QueueDao):
     # the elastic-pool limits (49918-49920)
     transient_codes = frozenset({1205, 1222, 3960, 40501, 40613, 10928, 10929,
                                  49918, 49919, 49920})
+    deadlock_codes = frozenset({1205})  # chosen as the deadlock victim
     # no process at the other end of the pipe, and the TCP provider's aborted, reset and
     # timed-out connections
     unavailable_codes = frozenset({233, 10053, 10054, 10060})

@@ -99,6 +99,7 @@ class MySQLQueueDao(QueueDao):
     precompiled_insert = True
     duplicate_key_codes = frozenset({1062})
     transient_codes = frozenset({1213, 1205})  # deadlock, lock wait timeout
+    deadlock_codes = frozenset({1213})
     # can't connect (socket, TCP), server gone away, lost connection, shutdown in progress,
     # connection killed (MariaDB), disconnected by the server (MySQL 8)
     unavailable_codes = frozenset({2002, 2003, 2006, 2013, 1053, 1927, 4031})

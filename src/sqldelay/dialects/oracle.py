@@ -63,6 +63,7 @@ class OracleQueueDao(QueueDao):
     duplicate_key_codes = frozenset({1})  # ORA-00001 unique constraint violated
     # deadlock, cannot serialize, resource busy (NOWAIT), resource busy (WAIT timeout expired)
     transient_codes = frozenset({60, 8177, 54, 30006})
+    deadlock_codes = frozenset({60})  # ORA-00060
     # end-of-file on the channel, not connected, lost contact, no listener, initialization or
     # shutdown in progress, not available, immediate shutdown in progress
     unavailable_codes = frozenset({3113, 3114, 3135, 12541, 1033, 1034, 1089})
