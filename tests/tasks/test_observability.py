@@ -6,26 +6,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from sqldelay import DelayedQueue, RetryPolicy, Tasks, Worker
 from sqldelay.otel import OpenTelemetryTracer
 from sqldelay.prometheus import PrometheusListener
 from sqldelay.tasks_base import UNREGISTERED
 
 from ..conftest import unique_name
-
-
-@pytest.fixture
-def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 def test_a_worker_reports_each_task_by_name(engine, table_name, spans):

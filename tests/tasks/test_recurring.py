@@ -3,7 +3,6 @@ at install as ``defer`` checks them."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from sqldelay import (
 from sqldelay.schedules import daily
 
 from ..conftest import unique_name
+from . import run_on_async_engine
 from .test_tasks import FAST
 
 
@@ -102,10 +102,7 @@ def test_a_recurring_tasks_arguments_are_checked_at_install(engine, table_name):
 
 
 def test_the_async_cron_service_runs_a_task(async_url, table_name):
-    async def scenario():
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        engine = create_async_engine(async_url)
+    async def scenario(engine):
         clock = FakeClock()
         queue = AsyncDelayedQueue(engine, unique_name("arq"), table_name=table_name,
                                   clock=clock)
@@ -126,6 +123,5 @@ def test_the_async_cron_service_runs_a_task(async_url, table_name):
             assert runs == [5]
         finally:
             await cron.close()
-            await engine.dispose()
 
-    asyncio.run(scenario())
+    run_on_async_engine(async_url, scenario)

@@ -23,6 +23,7 @@ from sqldelay import (
 )
 
 from ..conftest import unique_name
+from . import run_on_async_engine
 
 # the reads a handle makes anyway while notifications tell it of its task's end: long, so a
 # test that finishes well inside it was woken by the notification
@@ -99,38 +100,32 @@ def test_an_awaited_result_wakes_when_the_task_ends(async_url, table_name, targe
     if notifies:
         monkeypatch.setattr(sqldelay.tasks_async, "_CHECK_EVERY", LONG)
 
-    async def scenario() -> None:
-        from sqlalchemy.ext.asyncio import create_async_engine
+    async def scenario(engine) -> None:
+        queue = AsyncDelayedQueue(engine, unique_name("awake"), table_name=table_name)
+        tasks = AsyncTasks(queue, results=True)
 
-        engine = create_async_engine(async_url)
-        try:
-            queue = AsyncDelayedQueue(engine, unique_name("awake"), table_name=table_name)
-            tasks = AsyncTasks(queue, results=True)
+        @tasks.task
+        async def triple(n: int) -> int:
+            return 3 * n
 
-            @tasks.task
-            async def triple(n: int) -> int:
-                return 3 * n
+        handle = await triple.defer(n=5)
+        looked = asyncio.Event()
+        status = handle.status
 
-            handle = await triple.defer(n=5)
-            looked = asyncio.Event()
-            status = handle.status
+        async def spy(**kwargs):
+            found = await status(**kwargs)
+            looked.set()
+            return found
 
-            async def spy(**kwargs):
-                found = await status(**kwargs)
-                looked.set()
-                return found
+        handle.status = spy
+        waiter = asyncio.create_task(handle.result(timeout=LONG))
+        await asyncio.wait_for(looked.wait(), 30)
+        assert await AsyncWorker(queue, tasks).drain() == 1
+        ended = time.monotonic()
+        assert await asyncio.wait_for(waiter, LONG) == 15
+        assert time.monotonic() - ended < (0.5 if notifies else 2.0)
 
-            handle.status = spy
-            waiter = asyncio.create_task(handle.result(timeout=LONG))
-            await asyncio.wait_for(looked.wait(), 30)
-            assert await AsyncWorker(queue, tasks).drain() == 1
-            ended = time.monotonic()
-            assert await asyncio.wait_for(waiter, LONG) == 15
-            assert time.monotonic() - ended < (0.5 if notifies else 2.0)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(scenario())
+    run_on_async_engine(async_url, scenario)
 
 
 def test_waits_share_one_listening_connection(engine, table_name, target):

@@ -3,7 +3,6 @@ for them: encoded at defer, rebuilt in the worker, and a wrong shape refused at 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -22,6 +21,7 @@ from sqldelay import (
 )
 
 from ..conftest import unique_name
+from . import run_on_async_engine
 from .test_tasks import FAST
 
 
@@ -132,25 +132,19 @@ def test_a_recurring_task_takes_a_dataclass(engine, table_name):
 
 
 def test_async_tasks_take_them_too(async_url, table_name):
-    async def scenario():
-        from sqlalchemy.ext.asyncio import create_async_engine
+    async def scenario(engine):
+        queue = AsyncDelayedQueue(engine, unique_name("atyped"), table_name=table_name)
+        tasks = AsyncTasks(queue, results=True)
 
-        engine = create_async_engine(async_url)
-        try:
-            queue = AsyncDelayedQueue(engine, unique_name("atyped"), table_name=table_name)
-            tasks = AsyncTasks(queue, results=True)
+        @tasks.task
+        async def where(p: Point) -> int:
+            assert isinstance(p, Point)
+            return p.x + p.y
 
-            @tasks.task
-            async def where(p: Point) -> int:
-                assert isinstance(p, Point)
-                return p.x + p.y
+        with pytest.raises(InvalidArgumentError, match="expected a Point"):
+            await where.defer(p=[1, 2])
+        handle = await where.defer(p=Point(2, 3))
+        await AsyncWorker(queue, tasks, retry=FAST).drain()
+        assert await handle.result(timeout=1) == 5
 
-            with pytest.raises(InvalidArgumentError, match="expected a Point"):
-                await where.defer(p=[1, 2])
-            handle = await where.defer(p=Point(2, 3))
-            await AsyncWorker(queue, tasks, retry=FAST).drain()
-            assert await handle.result(timeout=1) == 5
-        finally:
-            await engine.dispose()
-
-    asyncio.run(scenario())
+    run_on_async_engine(async_url, scenario)
