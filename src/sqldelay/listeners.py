@@ -96,9 +96,22 @@ class Listeners:
 
     def __init__(self, listeners: Sequence[WorkerListener | QueueListener]) -> None:
         self._listeners = tuple(listeners)
+        self._hearing: dict[str, tuple[WorkerListener | QueueListener, ...]] = {}
+
+    def _heard_by(self, event: str) -> tuple[WorkerListener | QueueListener, ...]:
+        """The listeners whose method for ``event`` does something: the no-op of the base
+        classes is not called (a worker emits two events a message)."""
+        hearing = self._hearing.get(event)
+        if hearing is None:
+            silent = {getattr(WorkerListener, event, None), getattr(QueueListener, event, None)}
+            hearing = self._hearing[event] = tuple(
+                listener for listener in self._listeners
+                if event in getattr(listener, "__dict__", ())
+                or getattr(type(listener), event, None) not in silent)
+        return hearing
 
     def emit(self, event: str, *args: object) -> None:
-        for listener in self._listeners:
+        for listener in self._heard_by(event):
             try:
                 getattr(listener, event)(*args)
             except Exception:

@@ -375,8 +375,12 @@ class Worker(WorkerBase):
         return False
 
     def _handler_loop(self) -> None:
+        done: tuple[Envelope, bool, bool] | None = None  # the last message handled
         while True:
+            # one turn of the lock a message: the end of the last one and the start of the next
             with self._lock:
+                if done is not None:
+                    self._handler_done(*done)
                 while not self._buffer and not self._closing:
                     self._idle_handlers += 1
                     self._state.notify_all()
@@ -388,24 +392,28 @@ class Worker(WorkerBase):
                 self._running.add(envelope)
             held = self._held(envelope)
             ok = held and self._process(envelope)
-            with self._lock:
-                self._running.discard(envelope)
-                self._rotation.done(self._name_of[id(envelope.queue)])
-                self._handled += held  # one that another consumer took is not handled here
-                if ok and envelope.settled:  # its handler acked or released it itself
-                    self._acked += 1
-                elif ok:
-                    self._to_ack.append(envelope)
-                    if not self._acks_waiting.is_set():  # setting it again costs a notify
-                        self._acks_waiting.set()
-                if not self._buffer:
-                    # only an empty buffer concerns the waiters (the fetcher refills it, drain
-                    # and shutdown wait for the running set): waking them per message is costly
-                    self._state.notify_all()
-            if self._starved:
-                # the last claim found due messages it could not take: this one's end may
-                # free its group or a slot under a cap
-                self._wake.set()
+            done = envelope, held, ok
+
+    def _handler_done(self, envelope: Envelope, held: bool, ok: bool) -> None:
+        """Under the lock: ``envelope`` handled (``held``: here, not by another consumer;
+        ``ok``: its handler returned), its ack to send unless its handler settled it."""
+        self._running.discard(envelope)
+        self._rotation.done(self._name_of[id(envelope.queue)])
+        self._handled += held  # one that another consumer took is not handled here
+        if ok and envelope.settled:  # its handler acked or released it itself
+            self._acked += 1
+        elif ok:
+            self._to_ack.append(envelope)
+            if not self._acks_waiting.is_set():  # setting it again costs a notify
+                self._acks_waiting.set()
+        if not self._buffer:
+            # only an empty buffer concerns the waiters (the fetcher refills it, drain and
+            # shutdown wait for the running set): waking them per message is costly
+            self._state.notify_all()
+        if self._starved:
+            # the last claim found due messages it could not take: this one's end may free
+            # its group or a slot under a cap
+            self._wake.set()
 
     def _held(self, envelope: Envelope) -> bool:
         """Whether the worker still holds ``envelope``, about to be handled: a lock that

@@ -373,8 +373,12 @@ class AsyncWorker(WorkerBase):
         return False
 
     async def _handler_loop(self) -> None:
+        done: tuple[AsyncEnvelope, bool, bool] | None = None  # the last message handled
         while True:
+            # one turn of the lock a message: the end of the last one and the start of the next
             async with self._lock:
+                if done is not None:
+                    self._handler_done(*done)
                 while not self._buffer and not self._closing:
                     self._idle_handlers += 1
                     self._state.notify_all()
@@ -386,24 +390,28 @@ class AsyncWorker(WorkerBase):
                 self._running.add(envelope)
             held = await self._held(envelope)
             ok = held and await self._process(envelope)
-            async with self._lock:
-                self._running.discard(envelope)
-                self._rotation.done(self._name_of[id(envelope.queue)])
-                self._handled += held  # one that another consumer took is not handled here
-                if ok and envelope.settled:  # its handler acked or released it itself
-                    self._acked += 1
-                elif ok:
-                    self._to_ack.append(envelope)
-                    if not self._acks_waiting.is_set():  # setting it again costs a notify
-                        self._acks_waiting.set()
-                if not self._buffer:
-                    # only an empty buffer concerns the waiters (the fetcher refills it, drain
-                    # and shutdown wait for the running set): waking them per message is costly
-                    self._state.notify_all()
-            if self._starved:
-                # the last claim found due messages it could not take: this one's end may
-                # free its group or a slot under a cap
-                self._wake.set()
+            done = envelope, held, ok
+
+    def _handler_done(self, envelope: AsyncEnvelope, held: bool, ok: bool) -> None:
+        """Under the lock: ``envelope`` handled (``held``: here, not by another consumer;
+        ``ok``: its handler returned), its ack to send unless its handler settled it."""
+        self._running.discard(envelope)
+        self._rotation.done(self._name_of[id(envelope.queue)])
+        self._handled += held  # one that another consumer took is not handled here
+        if ok and envelope.settled:  # its handler acked or released it itself
+            self._acked += 1
+        elif ok:
+            self._to_ack.append(envelope)
+            if not self._acks_waiting.is_set():  # setting it again costs a notify
+                self._acks_waiting.set()
+        if not self._buffer:
+            # only an empty buffer concerns the waiters (the fetcher refills it, drain and
+            # shutdown wait for the running set): waking them per message is costly
+            self._state.notify_all()
+        if self._starved:
+            # the last claim found due messages it could not take: this one's end may free
+            # its group or a slot under a cap
+            self._wake.set()
 
     async def _held(self, envelope: AsyncEnvelope) -> bool:
         """Whether the worker still holds ``envelope``, about to be handled: a lock that
