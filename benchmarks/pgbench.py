@@ -9,8 +9,9 @@ wrapped without changing what the database does:
   hands the claimed ids to the next command in one row;
 - the batched ack is our DELETE verbatim, its ``= ANY(:ids)`` array filled from the claim.
 
-The offer's three array parameters are built in the statement from ``generate_series``, as
-pgbench has no array variables; everything else is our INSERT … SELECT FROM unnest verbatim.
+The offer is what an offer of new keys sends: the plain INSERT … SELECT FROM unnest verbatim,
+its array parameters built in the statement from ``generate_series`` (pgbench has no array
+variables), then the wake-up (``pg_notify``) in a transaction of its own.
 Each pgbench transaction runs in autocommit, like ours: one commit per claim and per ack.
 
 The grouped drain (``grouped_drain``) sends what ours sends for a queue of groups alone: in one
@@ -78,7 +79,12 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
     constants their statements carry."""
     dao = PostgresQueueDao(queue_table(sa.MetaData(), table))
     constants: dict[str, str] = {}
-    offer = compile_sql(dao._offer_statement(update=True, by=False), constants)
+    # what an offer of new keys sends (``PostgresQueueDao.insert_new``): the plain insert, and
+    # the wake-up of the listeners after it, in a transaction of its own
+    offer = compile_sql(dao._insert_statement(by=False, events=None), constants)
+    wake = compile_sql(sa.select(sa.func.pg_notify(dao.channel,
+                                                   sa.bindparam("b_kind", type_=sa.Text))),
+                       constants)
     # the column parameters made inside the server, in the forms ours sends
     # (``PostgresQueueDao.offer_columns``): JSON texts, array literals, a bytea array
     arrays = {
@@ -120,7 +126,8 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
         "\\endif",
         "COMMIT;", _one_line(ack) + ";", ""])
     return {
-        "offer": "\\set base random(1, 1000000000000)\n" + _one_line(offer) + ";\n",
+        "offer": "\\set base random(1, 1000000000000)\n" + _one_line(offer) + ";\n"
+                 + _one_line(wake) + ";\n",
         "drain": "\\set lock random(1, 2000000000)\n" + _one_line(claim) + "\n\\gset\n"
                  + _one_line(ack) + ";\n",
         "grouped_drain": grouped,

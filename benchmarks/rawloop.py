@@ -11,7 +11,9 @@ one autocommit round trip each, as ours are, by two layers with no sqldelay code
 
 A consumer thread claims with the PostgreSQL QueueDao's own claim statement and acks what it
 got with the dao's ack, until a claim comes back empty; a producer thread sends the dao's
-offer statement (its column parameters made as ours are) with a payload encoded once.
+offer of new keys (the plain insert, its column parameters made as ours are, with a payload
+encoded once; then the wake-up, in a round trip of its own as ours is: SQLAlchemy alone takes
+a connection from the engine for each of the two, where ours takes one for both).
 Neither layer checks, encodes or decodes anything nor builds objects: what ours spends beyond
 SQLAlchemy alone is the library's Python per operation, what SQLAlchemy alone spends beyond
 psycopg alone is SQLAlchemy's, and what psycopg alone spends beyond pgbench is the driver's
@@ -102,17 +104,23 @@ def offer(bench: Bench, queue, clients: int, batch: int, batches: int,
     new messages due now), through ``layer``."""
     payload = encode_payload(queue.serializer, PAYLOAD)
 
-    def text(dialect: sa.Dialect) -> tuple[str, dict]:
-        sql, constants, _ = queue.dao._offer_sql(dialect, True)
+    dao = queue.dao
+
+    def insert(dialect: sa.Dialect) -> tuple[str, dict]:
+        sql, constants, _ = dao._driver_sql(dialect, ("insert", False, None),
+                                            lambda: dao._insert_statement(False, None))
         return sql, constants
+
+    wake = sa.select(sa.func.pg_notify(dao.channel, sa.bindparam("b_kind", type_=sa.Text)))
 
     def work(i: int) -> None:
         with LAYERS[layer](bench, queue) as send:
             for b in range(i, batches, clients):
                 now = int(time.time() * 1000)
                 rows = [OfferRow(f"r{b}-{j}", payload, now, True) for j in range(batch)]
-                send(text, {"b_kind": queue.pkind, "b_now": now,
-                            **queue.dao.offer_columns(rows)}, True)
+                send(insert, {"b_kind": queue.pkind, "b_now": now,
+                              **dao.offer_columns(rows)}, False)
+                send(wake, {"b_kind": queue.pkind}, True)
 
     return work
 

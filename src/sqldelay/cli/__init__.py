@@ -13,7 +13,9 @@ import re
 import sys
 import traceback
 from collections.abc import Sequence
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from . import (
     bench,
@@ -70,12 +72,12 @@ def _plain(text: str) -> str:
     return re.sub(r"``(.+?)``", r"\1", text, flags=re.DOTALL)
 
 
-def _seconds(delta) -> str:
+def _seconds(delta: timedelta) -> str:
     return f"{delta.total_seconds():g}s"
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
@@ -93,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _verbose_after(sub: argparse._SubParsersAction) -> None:
+def _verbose_after(sub: argparse._SubParsersAction[_Parser]) -> None:
     """-v after the subcommand too (and after a sub-subcommand: dead-letters list -v)."""
     for command in sub.choices.values():
         nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]

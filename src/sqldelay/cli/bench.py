@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import TYPE_CHECKING
 
 from .support import CliError
 
+if TYPE_CHECKING:
+    from .support import Subcommands
 
-def register(sub) -> None:
+
+def register(sub: Subcommands) -> None:
     # "+" as the only prefix makes every "-" argument (--help included) a plain word, to be
     # repeated in the command line this prints
     p = sub.add_parser("bench", add_help=False, prefix_chars="+",

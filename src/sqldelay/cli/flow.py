@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -34,9 +35,12 @@ from .support import (
     require_queue,
 )
 
+if TYPE_CHECKING:
+    from .support import Command, Subcommands
 
-def register(sub) -> None:
-    def command(name: str, helptext: str, run):
+
+def register(sub: Subcommands) -> None:
+    def command(name: str, helptext: str, run: Command) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, description=__doc__)
         p.add_argument("queue", help="queue name")
         add_db_arguments(p)
@@ -172,7 +176,7 @@ def rate_text(control: FlowControl) -> str:
 _PERIOD_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1))
 
 
-def as_json(control: FlowControl) -> dict:
+def as_json(control: FlowControl) -> dict[str, Any]:
     return {"paused": control.paused, "rate_limit": control.rate_limit,
             "rate_period": None if control.rate_period is None
             else control.rate_period.total_seconds(),

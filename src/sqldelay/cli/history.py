@@ -12,14 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ..errors import SchemaMissingError
 from ..queue import DelayedQueue
 from ..serializers import SERIALIZERS
 from .support import CliError, add_db_arguments, database, first_line, print_table
 
+if TYPE_CHECKING:
+    from .support import Subcommands
 
-def register(sub) -> None:
+
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("history", help="print a message's history (queues kept with history)",
                        description=__doc__)
     add_db_arguments(p)

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import time
+from typing import TYPE_CHECKING, Any
 
 from ..inspection import Inspector
 from ..inspection_base import QueueSummary
@@ -27,12 +28,15 @@ from .support import (
     shown,
 )
 
+if TYPE_CHECKING:
+    from .support import Subcommands
+
 COLUMNS = ["queue", "type", "due", "scheduled", "in flight", "dead letters", "oldest due",
            "paused", "limits"]
 NUMBERS = ("due", "scheduled", "in flight", "dead letters", "oldest due")
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("queues", help="every queue with its counts",
                        description="Every queue of the table with its due, scheduled, in-flight "
                                    "and dead-letter counts,\nhow long the oldest due message "
@@ -91,7 +95,7 @@ def _with(summary: QueueSummary, settings: dict[tuple[str, str], FlowControl]) -
     return summary, settings.get((summary.queue, summary.type_name), NO_FLOW_CONTROL)
 
 
-def as_json(row: Row) -> dict:
+def as_json(row: Row) -> dict[str, Any]:
     summary, control = row
     out = dataclasses.asdict(summary)
     age = summary.oldest_due_age
@@ -122,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
-def rows(found: list[Row]) -> list[list]:
+def rows(found: list[Row]) -> list[list[Any]]:
     return [[s.queue, s.type_name, s.due, s.scheduled, s.in_flight, s.dead_letters,
              s.oldest_due_age, "paused" if c.paused else "", limits_text(c)]
             for s, c in found]

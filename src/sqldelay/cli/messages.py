@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
 
 from ..inspection import Inspector
 from ..messages import QueuedMessage
@@ -25,11 +28,15 @@ from .support import (
     require_queue,
 )
 
+if TYPE_CHECKING:
+    from .support import Command, Subcommands
+
 PAYLOAD_WIDTH = 60  # characters of a payload in a table (--json prints it whole)
 
 
-def register(sub) -> None:
-    def command(name: str, helptext: str, run, *, key: bool = False):
+def register(sub: Subcommands) -> None:
+    def command(name: str, helptext: str, run: Command, *,
+                key: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, description=helptext)
         p.add_argument("queue", help="queue name")
         if key:
@@ -72,7 +79,7 @@ def register(sub) -> None:
     add_yes(p)
 
 
-def _queue(args: argparse.Namespace, engine, **kwargs) -> DelayedQueue:
+def _queue(args: argparse.Namespace, engine: sa.Engine, **kwargs: Any) -> DelayedQueue:
     """The queue of the command, which must be one the table knows (an unknown name is an
     error, as a typo would otherwise look like an empty queue)."""
     require_queue(engine, args.table, args.queue, SERIALIZERS[args.serializer].type_name)
@@ -80,11 +87,11 @@ def _queue(args: argparse.Namespace, engine, **kwargs) -> DelayedQueue:
                         serializer=SERIALIZERS[args.serializer](), **kwargs)
 
 
-def _json(message: QueuedMessage) -> dict:
+def _json(message: QueuedMessage) -> dict[str, Any]:
     return dataclasses.asdict(message)
 
 
-def _payload(value) -> str:
+def _payload(value: object) -> str:
     import json
 
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False) \

@@ -7,6 +7,7 @@ written."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -14,8 +15,11 @@ from ..migrate import create_schema, current, foreign_table
 from ..schema import SCHEMA_VERSION, TUNING_PRESETS, missing_parts, tuning_ddl
 from .support import CliError, add_db_arguments, open_engine, shown
 
+if TYPE_CHECKING:
+    from .support import Subcommands
 
-def register(sub) -> None:
+
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("migrate", help="create or upgrade the queue tables (idempotent)",
                        description=__doc__)
     add_db_arguments(p)

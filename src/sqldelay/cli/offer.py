@@ -7,14 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ..checks import time_after, time_ms
 from ..errors import InvalidArgumentError
 from ..queue import DelayedQueue
 from .support import CliError, add_db_arguments, database, duration
 
+if TYPE_CHECKING:
+    from .support import Subcommands
 
-def register(sub) -> None:
+
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("offer", help="schedule a message (JSON payload)", description=__doc__)
     p.add_argument("queue", help="queue name")
     p.add_argument("key", help="message key, unique within the queue")

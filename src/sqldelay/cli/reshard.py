@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from tqdm import tqdm
@@ -24,10 +25,13 @@ from ..serializers import SERIALIZERS
 from ..sharded import ShardedQueue
 from .support import CliError
 
+if TYPE_CHECKING:
+    from .support import Subcommands
+
 _NAMED = re.compile(r"^(?P<name>[^:/=]+)=(?P<url>.+)$")
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("reshard", help="move messages to their shard after a shard list change",
                        description=__doc__)
     p.add_argument("--from", dest="old", nargs="+", required=True, metavar="SHARD",

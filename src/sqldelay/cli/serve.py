@@ -17,15 +17,19 @@ import secrets
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..engines import create_async_engine
 from .support import CliError, add_db_arguments, database
+
+if TYPE_CHECKING:
+    from .support import Subcommands
 
 TOKEN_ENV = "SQLDELAY_TOKEN"
 READ_ONLY_TOKEN_ENV = "SQLDELAY_READ_ONLY_TOKEN"
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("serve", help="serve the HTTP API and the dashboard",
                        description="Serve the REST API (/v1) and the dashboard (/) over the "
                                    "queue table. Needs the web extra: pip install "

@@ -11,11 +11,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -23,6 +23,17 @@ from ..engines import create_engine
 from ..errors import SchemaMissingError, SqlDelayError
 from ..schema import dead_letter_table, queue_table, settings_table
 from ..serializers import SERIALIZERS
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from ..dialects import QueueDao
+
+    # what a command module's register() adds its subcommands to
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+# what a subcommand runs (``set_defaults(func=...)``): its exit status
+Command = Callable[[argparse.Namespace], int]
 
 URL_ENV = "SQLDELAY_URL"
 
@@ -102,7 +113,7 @@ def checked_url(args: argparse.Namespace, *, create: bool = False) -> str:
     return url
 
 
-async def reach_async(engine, args: argparse.Namespace) -> None:
+async def reach_async(engine: AsyncEngine, args: argparse.Namespace) -> None:
     """``open_engine``'s first reach, for an asyncio engine on ``checked_url(args)``."""
     try:
         async with engine.connect() as conn:
@@ -114,9 +125,10 @@ async def reach_async(engine, args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def database(args: argparse.Namespace, **kwargs) -> Iterator[sa.Engine]:
-    """``open_engine(args, **kwargs)``, disposed of at the end."""
-    engine = open_engine(args, **kwargs)
+def database(args: argparse.Namespace, *, create: bool = False,
+             table: bool = True) -> Iterator[sa.Engine]:
+    """``open_engine(args, create=create, table=table)``, disposed of at the end."""
+    engine = open_engine(args, create=create, table=table)
     try:
         yield engine
     finally:
@@ -186,10 +198,11 @@ def require_queue(engine: sa.Engine, table: str, queue: str,
     kinds = [f"{queue}|{name}" for name in ([type_name] if type_name else sorted(SERIALIZERS))]
     with engine.connect() as conn:
         for t in tables:
-            kind = conn.scalar(sa.select(t.c.pkind).where(t.c.pkind.in_(kinds)).limit(1))
+            kind: str | None = conn.scalar(
+                sa.select(t.c.pkind).where(t.c.pkind.in_(kinds)).limit(1))
             if kind is not None:
                 return kind.rpartition("|")[2]
-        found = {kind.rpartition("|")[2] for t in tables for kind in conn.scalars(
+        found: set[str] = {kind.rpartition("|")[2] for t in tables for kind in conn.scalars(
             sa.select(t.c.pkind).where(dao.prefix_match(t.c.pkind, f"{queue}|"))
             .group_by(t.c.pkind)) if kind.rpartition("|")[0] == queue}
     if found and type_name is None:
@@ -203,7 +216,7 @@ def require_queue(engine: sa.Engine, table: str, queue: str,
                    "or settings under that name")
 
 
-def _dao(engine: sa.Engine, table: str):
+def _dao(engine: sa.Engine, table: str) -> QueueDao:
     from ..dialects import dao_class_for
 
     return dao_class_for(engine.dialect)(queue_table(sa.MetaData(), table))

@@ -5,7 +5,7 @@ each finding; exits 1 when there is a problem to fix (advice alone exits 0)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -22,8 +22,11 @@ from .support import (
     shown,
 )
 
+if TYPE_CHECKING:
+    from .support import Subcommands
 
-def register(sub) -> None:
+
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("verify", help="check the schema and the database settings",
                        description=__doc__)
     add_db_arguments(p)

@@ -16,8 +16,9 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from ..concurrency_async import is_async_callable
 from ..dead_letters import DeadLetters
@@ -25,7 +26,9 @@ from ..dead_letters_base import DeadLetter
 from ..engines import create_async_engine, is_async_url
 from ..inspection import Inspector
 from ..inspection_async import AsyncInspector
+from ..inspection_base import QueueSummary
 from ..listeners import LoggingListener, WorkerListener
+from ..messages import Envelope, QueueStats
 from ..queue import DelayedQueue
 from ..queue_async import AsyncDelayedQueue
 from ..retry import RetryPolicy
@@ -50,11 +53,18 @@ from .support import (
     shown,
 )
 
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from ..otel import OpenTelemetryTracer
+    from ..queue_base import QueueBase
+    from .support import Subcommands
+
 log = logging.getLogger("sqldelay.cli")
 METRICS_TOKEN_ENV = "SQLDELAY_METRICS_TOKEN"
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("worker", help="run a handler function over a queue until stopped",
                        description="Run HANDLER (package.module:function) on every message of "
                                    "the queue. SIGTERM or SIGINT stop it cleanly. An async def "
@@ -151,7 +161,7 @@ def _queue_limit(text: str) -> tuple[str, int]:
     return name, int(number)
 
 
-def load_handler(spec: str) -> Callable:
+def load_handler(spec: str) -> Callable[..., object]:
     """Import ``package.module:function``, looking in the current directory too."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -179,15 +189,16 @@ class _Counts(WorkerListener):
         self.ok = self.retried = self.buried = 0
         self._lock = threading.Lock()
 
-    def succeeded(self, envelope, elapsed) -> None:
+    def succeeded(self, envelope: Envelope[QueueBase], elapsed: timedelta) -> None:
         with self._lock:
             self.ok += 1
 
-    def failed(self, envelope, error, retry_in) -> None:
+    def failed(self, envelope: Envelope[QueueBase], error: BaseException,
+               retry_in: timedelta) -> None:
         with self._lock:
             self.retried += 1
 
-    def dead_lettered(self, envelope, error) -> None:
+    def dead_lettered(self, envelope: Envelope[QueueBase], error: BaseException) -> None:
         with self._lock:
             self.buried += 1
 
@@ -241,7 +252,7 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tracer(args: argparse.Namespace):
+def _tracer(args: argparse.Namespace) -> OpenTelemetryTracer | None:
     if not args.otel:
         return None
     try:
@@ -251,7 +262,8 @@ def _tracer(args: argparse.Namespace):
     return OpenTelemetryTracer()
 
 
-def _metrics(args: argparse.Namespace, read: Callable, listeners: list):
+def _metrics(args: argparse.Namespace, read: Callable[[], list[QueueSummary]],
+             listeners: list[WorkerListener]) -> WSGIServer | None:
     """With --metrics-port: a Prometheus listener added to ``listeners``, the queues' depth
     read by ``read`` when scraped, served over HTTP; returns the server (None without)."""
     if args.metrics_port is None:
@@ -274,8 +286,9 @@ def _metrics(args: argparse.Namespace, read: Callable, listeners: list):
     return server
 
 
-async def _run_async_worker(args: argparse.Namespace, names: list[str], handler: Callable,
-                            queue_settings: dict, settings: dict) -> int:
+async def _run_async_worker(args: argparse.Namespace, names: list[str],
+                            handler: Callable[..., object], queue_settings: dict[str, Any],
+                            settings: dict[str, Any]) -> int:
     engine = create_async_engine(args.resolved_url)
     metrics = None
     try:
@@ -286,7 +299,7 @@ async def _run_async_worker(args: argparse.Namespace, names: list[str], handler:
         inspector = AsyncInspector(engine, table_name=args.table)
         loop = asyncio.get_running_loop()
 
-        def read():  # from the metrics server's thread, on this loop
+        def read() -> list[QueueSummary]:  # from the metrics server's thread, on this loop
             return asyncio.run_coroutine_threadsafe(inspector.queues(), loop).result(60)
 
         metrics = _metrics(args, read, listeners)
@@ -307,7 +320,7 @@ async def _run_async_worker(args: argparse.Namespace, names: list[str], handler:
     return 0
 
 
-def _started(args: argparse.Namespace, worker) -> None:
+def _started(args: argparse.Namespace, worker: Worker | AsyncWorker) -> None:
     queues = list(worker.queues.values())
     if worker.wake_ups and any(q.dao.notifications for q in queues):
         wake = f"woken by notifications, else every {worker.idle_poll.total_seconds():g}s"
@@ -318,7 +331,7 @@ def _started(args: argparse.Namespace, worker) -> None:
              wake)
 
 
-def _stopped(counts: _Counts, worker) -> None:
+def _stopped(counts: _Counts, worker: Worker | AsyncWorker) -> None:
     if worker.processes > 1:  # each process counted its own messages
         log.info("worker stopped: its %d processes have finished", worker.processes)
         return
@@ -334,7 +347,7 @@ def _drained(handled: int, counts: _Counts) -> str:
                if failed else ""))
 
 
-def _left(args: argparse.Namespace, stats) -> None:
+def _left(args: argparse.Namespace, stats: Sequence[QueueStats]) -> None:
     """After a drain: what it leaves for later (retries not yet due, scheduled messages)."""
     later = sum(s.scheduled for s in stats)
     held = sum(s.in_flight for s in stats)

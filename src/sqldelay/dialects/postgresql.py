@@ -950,8 +950,16 @@ class PostgresQueueDao(QueueDao):
         the offer stands: its listeners find the messages at their next poll."""
         if not any(r.at_ms <= now_ms for r in written):
             return
+        # as driver SQL, compiled once: through SQLAlchemy's execute of its Core statement
+        # the wake-up added 2.3 us of client CPU a message to an offer of 100 (beside one of
+        # messages due later, which wakes nobody), as driver SQL 1.3 us
+        sql, constants, order = self._driver_sql(
+            conn.dialect, ("wake",), lambda: sa.select(
+                sa.func.pg_notify(self.channel, sa.bindparam("b_kind", type_=sa.Text))))
+        values = {**constants, "b_kind": pkind}
         try:
-            self.wake_listeners(conn, pkind)
+            conn.exec_driver_sql(sql, values if order is None
+                                 else tuple(values[name] for name in order))
         except sa.exc.DBAPIError as exc:
             log.warning("could not wake the workers of %s after an offer (it stands; they "
                         "find it at their next poll): %s", pkind, exc)
