@@ -17,12 +17,15 @@ import threading
 import time
 import weakref
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import sqlalchemy as sa
 
 from .dialects import dao_class_for
 from .errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 class Clock(Protocol):
@@ -73,7 +76,7 @@ class DatabaseClock:
     Thread-safe: every queue of an engine shares one (``of``).
     """
 
-    def __init__(self, engine: Any, *, base: Clock | None = None,
+    def __init__(self, engine: sa.Engine | AsyncEngine, *, base: Clock | None = None,
                  refresh: timedelta = timedelta(seconds=30)) -> None:
         """``engine``: a blocking or an asyncio engine, whose dialect says how its server
         tells the time; ``base``: the local clock corrected (for tests: a skewed one)."""
@@ -86,9 +89,9 @@ class DatabaseClock:
         self._reading: tuple[timedelta, float, float] | None = None
 
     @classmethod
-    def of(cls, engine: Any) -> DatabaseClock:
+    def of(cls, engine: sa.Engine | AsyncEngine) -> DatabaseClock:
         """The clock of ``engine`` (a blocking or an asyncio one) that its queues share."""
-        key = getattr(engine, "sync_engine", engine)
+        key = engine if isinstance(engine, sa.Engine) else engine.sync_engine
         with _CLOCKS_LOCK:
             clock = _CLOCKS.get(key)
             if clock is None:
@@ -136,7 +139,7 @@ class DatabaseClock:
                          time.monotonic())
 
 
-_CLOCKS: weakref.WeakKeyDictionary[Any, DatabaseClock] = weakref.WeakKeyDictionary()
+_CLOCKS: weakref.WeakKeyDictionary[sa.Engine, DatabaseClock] = weakref.WeakKeyDictionary()
 _CLOCKS_LOCK = threading.Lock()
 
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 class DeadLetters(DeadLettersBase):
     """The dead letters of every queue in queue table ``table_name``."""
 
+    engine: Engine
+
     def __init__(self, engine: Engine, *, table_name: str = DEFAULT_TABLE,
                  clock: Clock | None = None, history: bool = False) -> None:
         problem = engine_problem(engine, type(self).__name__)

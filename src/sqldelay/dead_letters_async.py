@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 class AsyncDeadLetters(DeadLettersBase):
     """The dead letters of every queue in queue table ``table_name``."""
 
+    engine: AsyncEngine
+
     def __init__(self, engine: AsyncEngine, *, table_name: str = DEFAULT_TABLE,
                  clock: Clock | None = None, history: bool = False) -> None:
         problem = engine_problem(engine, type(self).__name__)

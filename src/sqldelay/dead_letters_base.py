@@ -27,6 +27,8 @@ from .messages import Envelope
 from .schema import DEFAULT_TABLE, dead_letter_table, history_table, queue_table
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from .queue_base import QueueBase
 
 T = TypeVar("T")
@@ -55,7 +57,7 @@ class DeadLettersBase:
     """The dead letters of every queue in queue table ``table_name``; with ``history``, their
     burials, requeues and drops are recorded in ``<table>_history``."""
 
-    def __init__(self, engine: Any, *, table_name: str = DEFAULT_TABLE,
+    def __init__(self, engine: sa.Engine | AsyncEngine, *, table_name: str = DEFAULT_TABLE,
                  clock: Clock | None = None, history: bool = False) -> None:
         metadata = sa.MetaData()
         self.engine = engine
@@ -66,7 +68,7 @@ class DeadLettersBase:
                          else None)
 
     @classmethod
-    def of(cls, queue: Any) -> Self:
+    def of(cls, queue: QueueBase) -> Self:
         """The dead letters beside ``queue``, on its engine and clock, recording history when
         the queue does."""
         return cls(queue.engine, table_name=queue.dao.table.name, clock=queue.clock,

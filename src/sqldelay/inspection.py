@@ -20,6 +20,8 @@ from .serializers import Serializer
 class Inspector(InspectorBase):
     """Read-only views of every queue in queue table ``table_name``."""
 
+    engine: Engine
+
     def __init__(self, engine: Engine, *, table_name: str = DEFAULT_TABLE,
                  clock: Clock | None = None) -> None:
         problem = engine_problem(engine, type(self).__name__)

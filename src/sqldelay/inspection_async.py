@@ -18,6 +18,8 @@ from .serializers import Serializer
 class AsyncInspector(InspectorBase):
     """Read-only views of every queue in queue table ``table_name``."""
 
+    engine: AsyncEngine
+
     def __init__(self, engine: AsyncEngine, *, table_name: str = DEFAULT_TABLE,
                  clock: Clock | None = None) -> None:
         problem = engine_problem(engine, type(self).__name__)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
 
@@ -23,6 +23,9 @@ from .messages import FlowControl, QueuedMessage
 from .queue_base import MAX_QUEUE_NAME, flow_control, queued_message
 from .schema import DEFAULT_TABLE, KEY_LENGTH, KIND_LENGTH, dead_letter_table, queue_table
 from .serializers import JsonSerializer, Serializer
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 T = TypeVar("T")
 Op = Callable[[sa.Connection], T]  # an operation returning a T, run by either front end
@@ -66,7 +69,7 @@ class QueuePage:
 class InspectorBase:
     """Read-only views of queue table ``table_name``; see ``AsyncInspector`` / ``Inspector``."""
 
-    def __init__(self, engine: Any, *, table_name: str = DEFAULT_TABLE,
+    def __init__(self, engine: sa.Engine | AsyncEngine, *, table_name: str = DEFAULT_TABLE,
                  clock: Clock | None = None) -> None:
         metadata = sa.MetaData()
         self.engine = engine

@@ -58,7 +58,7 @@ def shard_name(queue: QueueBase) -> str:
             f"{queue.dao.table.name}/{queue.name}")
 
 
-def _seed(name: str) -> Any:
+def _seed(name: str) -> hashlib.blake2b:
     """The hash state of a shard's name, to be continued with a key (length-prefixed, so no
     name and key pair can read as another)."""
     raw = name.encode("utf-8")

@@ -19,7 +19,11 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger("sqldelay.worker")
 
@@ -27,8 +31,8 @@ log = logging.getLogger("sqldelay.worker")
 WATCH_INTERVAL = 0.1
 
 
-def supervise(processes: int, child: Callable[[], Any], stop: threading.Event,
-              engines: Iterable[Any]) -> None:
+def supervise(processes: int, child: Callable[[], object], stop: threading.Event,
+              engines: Iterable[sa.Engine | AsyncEngine]) -> None:
     """Run ``child()`` in ``processes`` forked processes until ``stop`` is set and they have
     all finished. A child that exits while ``stop`` is unset is started again."""
     engines = list(engines)
@@ -58,7 +62,8 @@ def supervise(processes: int, child: Callable[[], Any], stop: threading.Event,
     log.info("worker: every process has finished")
 
 
-def _fork(child: Callable[[], Any], engines: list[Any], slot: int) -> int:
+def _fork(child: Callable[[], object], engines: list[sa.Engine | AsyncEngine],
+          slot: int) -> int:
     pid = os.fork()
     if pid:
         return pid

@@ -11,7 +11,7 @@ import base64
 import logging
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 import sqlalchemy as sa
@@ -22,7 +22,7 @@ from starlette.routing import Route
 from ..dead_letters_async import AsyncDeadLetters
 from ..dead_letters_base import DeadLetter
 from ..errors import InvalidArgumentError, PayloadError, SchemaMissingError
-from ..history import HistoryEvent
+from ..history import History, HistoryEvent
 from ..inspection_async import AsyncInspector
 from ..inspection_base import STATES, QueueSummary
 from ..messages import (
@@ -45,6 +45,9 @@ from .inputs import (
     read_json,
 )
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 JSON = JsonSerializer()
 CACHED_QUEUES = 1024  # queue objects kept between requests (names come from requests)
 log = logging.getLogger("sqldelay.web")
@@ -54,7 +57,8 @@ class Service:
     """What the endpoints share: the engine's queues, dead letters and inspector, and the
     limits of a request."""
 
-    def __init__(self, engine: Any, *, table_name: str, history: Any, max_body: int,
+    def __init__(self, engine: AsyncEngine, *, table_name: str,
+                 history: bool | timedelta | History | None, max_body: int,
                  max_batch: int, actor: str | None) -> None:
         self.engine = engine
         self.table_name = table_name
@@ -65,7 +69,8 @@ class Service:
         self.dead = AsyncDeadLetters(engine, table_name=table_name,
                                      history=history not in (None, False))
         self.inspector = AsyncInspector(engine, table_name=table_name)
-        self._queues: OrderedDict[tuple[str, Any], AsyncDelayedQueue] = OrderedDict()
+        self._queues: OrderedDict[tuple[str, bool | timedelta | History | None],
+                                  AsyncDelayedQueue] = OrderedDict()
 
     def queue(self, name: str) -> AsyncDelayedQueue:
         """The queue named in the path (refused with 400 when the library refuses it)."""
@@ -76,7 +81,8 @@ class Service:
         workers whether or not the service's own queues record theirs (``history``)."""
         return self._cached(name, True)
 
-    def _cached(self, name: str, history: Any) -> AsyncDelayedQueue:
+    def _cached(self, name: str, history: bool | timedelta | History | None,
+                ) -> AsyncDelayedQueue:
         """A queue object, kept between requests (the least recently used go first)."""
         ident = (name, history)
         queue = self._queues.get(ident)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from starlette.applications import Starlette
@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from ..concurrency_async import engine_problem
 from ..errors import SchemaMissingError, UnsupportedFeatureError
-from ..history import check_actor
+from ..history import History, check_actor
 from ..schema import DEFAULT_TABLE
 from .api import Service
 from .auth import AuthMiddleware, Tokens
@@ -30,6 +30,9 @@ from .openapi import openapi_document
 from .sessions import Sessions, Throttle
 from .throughput import Sampler
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 MAX_BODY = 1024 * 1024  # bytes
 MAX_BATCH = 1000  # messages in one batch request
 BODY_TIMEOUT = timedelta(seconds=30)  # from a request's start to the end of its body
@@ -39,8 +42,9 @@ MAX_CONNECTIONS = 100
 KEEP_ALIVE = 5
 
 
-def create_app(engine: Any, *, token: str, read_only_token: str | None = None,
-               table_name: str = DEFAULT_TABLE, history: Any = None,
+def create_app(engine: AsyncEngine, *, token: str, read_only_token: str | None = None,
+               table_name: str = DEFAULT_TABLE,
+               history: bool | timedelta | History | None = None,
                max_body: int = MAX_BODY, max_batch: int = MAX_BATCH,
                actor: str | None = None,
                sample_every: timedelta = timedelta(seconds=10),
