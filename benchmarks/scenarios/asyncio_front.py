@@ -7,9 +7,9 @@ statement run through ``AsyncConnection.run_sync`` (how the async front end runs
 operation), alternating rounds, median: the cost of the design, measured.
 async_peers: the peers scenario's work through the asyncio API: ``producers`` tasks offer
 ``peer_jobs`` no-op jobs in batches of ``batch``, then ``consumers`` tasks drain them with
-``poll_many(batch)`` + ``ack_many``; the drivers take turns for three rounds (medians). The
-blocking front end's and pgqueuer's figures of the same run (scenario "peers") stand beside
-them.
+``poll_many(batch)`` + ``ack_many``; the drivers take turns for three rounds (medians), each
+round's new engine warmed first (connections opened, statements prepared). The blocking front
+end's and pgqueuer's figures of the same run (scenario "peers") stand beside them.
 async_worker_drain: ``AsyncWorker(noop, concurrency=consumers * 25, batch_size=batch).drain()``
 over ``peer_jobs`` due messages, beside the blocking Worker and pgqueuer of the same run.
 async_worker_wakeup: an idle AsyncWorker (idle poll 30 s with NOTIFY, 0.25 s without) and an
@@ -123,9 +123,14 @@ async def _peers(url: str, bench: Bench, n: int) -> tuple[float, float, int]:
     engine = _engine(url, bench)
     try:
         queue = AsyncDelayedQueue(engine, "async_peers", table_name=bench.table_for())
-        await queue.clear()
         batches = n // bench.batch
         now = datetime.now(UTC)
+        # the engine is new in each round (a round has an event loop of its own): its
+        # producers' connections are opened and their statements prepared before the clock
+        # starts, as the blocking front end's are in the run's engine
+        await asyncio.gather(*(queue.offer_many([Message(f"warm{i}", PAYLOAD, now)])
+                               for i in range(bench.producers)))
+        await queue.clear()
 
         async def produce(i: int) -> None:
             for b in range(i, batches, bench.producers):
