@@ -3,13 +3,18 @@
 - offer: ``INSERT … SELECT FROM unnest(arrays) ON CONFLICT``; three array parameters whatever
   the row count, so a chunk is one small statement; ``RETURNING (xmax = 0)`` tells inserted
   from updated rows, and rows the conflict clause skipped are the ignored ones. ON CONFLICT
-  is atomic per row, so a concurrent producer cannot make an outcome wrong.
+  is atomic per row, so a concurrent producer cannot make an outcome wrong. An offer of one
+  chunk first tries the same INSERT without a conflict clause (``insert_new``), which a key
+  that exists fails whole; with history, the offer's statement writes its events too.
 - claim: a MATERIALIZED CTE picks due ids ``FOR UPDATE SKIP LOCKED`` (materialized so the
   LIMIT runs once), the UPDATE marks them and returns the rows.
-- wake-ups: an offer that writes a message due now calls ``pg_notify`` from the offer
-  statement itself (no round trip of its own; delivered at commit, repeats folded into one;
-  future messages send none); a worker LISTENs on a connection of its own, and a burst of
-  notifications becomes one wake-up of one poll (the debounce).
+- wake-ups: an offer that writes a message due now calls ``pg_notify``: in the caller's
+  transaction (or one of several statements) from the offer statement itself, delivered at
+  commit; an offer that commits alone, after its commit in a transaction of its own, which
+  spares concurrent producers a lock PostgreSQL holds through each notifying commit's flush
+  (``_woken``). Repeats fold into one; future messages send none. A worker LISTENs on a
+  connection of its own, and a burst of notifications becomes one wake-up of one poll (the
+  debounce).
 - round trips: psycopg sends BEGIN as a round trip of its own, so an operation that is one
   statement runs in autocommit: one round trip instead of three (BEGIN, statement, COMMIT).
 """
