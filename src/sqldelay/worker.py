@@ -89,8 +89,9 @@ class Worker(WorkerBase):
         self._wake = Event()
         self._starved = False  # the last claim came back empty
         # the handlers sat idle through the last claim, which came back full: the claims set
-        # the pace, so the next claim is two at once (``_claim_next``)
+        # the pace, so the next claims are several at once (``_claim_next``)
         self._ahead = False
+        self._side_by_side = 1  # claims then made at once (``_reset``)
         self._waited = False  # a batch of the current claim found every handler idle
         # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
         # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
@@ -158,7 +159,7 @@ class Worker(WorkerBase):
         if self._active.locked():
             raise RuntimeError("this worker is already running")
         with self._active:
-            self._reset()
+            self._reset(until_idle)
             restore = install_signal_handlers(self.stop) if signals else (lambda: None)
             helpers = self._start_helpers(until_idle)
             # offers of this process wake the worker from an idle sleep (wakeups.py)
@@ -182,8 +183,9 @@ class Worker(WorkerBase):
                 raise self._fatal
             return self._handled
 
-    def _reset(self) -> None:
+    def _reset(self, until_idle: bool = False) -> None:
         self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
+        self._side_by_side = self.claims_at_once(until_idle) if len(self.queues) == 1 else 1
         self._stop.clear()
         self._abandon.clear()
         self._wake.clear()
@@ -314,12 +316,13 @@ class Worker(WorkerBase):
         and whether it took all it asked for; what was claimed is in the handlers' buffer.
 
         A worker of one queue that the handlers waited for at its last claim, which came back
-        full (``_ahead``), claims two batches at once, on two connections, where the database
-        gains by it (``claims_side_by_side``) and the queue has no cap in this worker: a
-        claim's round trip, not the handlers, then sets the pace, and two claims keep the
-        database busy where one waits on the other (benchmarks/METHOD.md, "Two claims at
-        once"). The handlers then have up to twice ``batch_size`` messages claimed before
-        they start on them."""
+        full (``_ahead``), claims several batches at once (``claims_at_once``: up to four),
+        each on a connection of its own, where the database gains by it
+        (``claims_side_by_side``) and the queue has no cap in this worker: a claim's round
+        trip, not the handlers, then sets the pace, and claims side by side keep the database
+        busy where one waits on the other (benchmarks/METHOD.md, "Two claims at once"). The
+        handlers then have up to that many times ``batch_size`` messages claimed before they
+        start on them."""
         with self._lock:
             turns = self._rotation.turns(time.monotonic())
         for name, count in turns:
@@ -329,10 +332,11 @@ class Worker(WorkerBase):
             acks = self._acks_along(queue)
             first = partial(self._patiently_on, name, partial(self._claim_into_buffer, queue,
                                                               count, acks))
-            twice = (self._ahead and len(self.queues) == 1 and name not in self.limits
-                     and queue.dao.claims_side_by_side)
+            at_once = (self._side_by_side if self._ahead and len(self.queues) == 1
+                       and name not in self.limits and queue.dao.claims_side_by_side else 1)
             try:
-                batch = (_claimed_twice(first, claim) if twice else first())
+                batch = (_claimed_side_by_side(first, [claim] * (at_once - 1))
+                         if at_once > 1 else first())
             finally:
                 if acks:  # not sent: back to the ack loop
                     self._acks_back(acks)
@@ -343,7 +347,7 @@ class Worker(WorkerBase):
             with self._lock:
                 self._rotation.claimed(name, len(batch), time.monotonic())
             if batch:
-                return batch, len(batch) == count * (2 if twice else 1)
+                return batch, len(batch) == count * at_once
         return [], False
 
     def _acks_along(self, queue: DelayedQueue) -> list[Envelope]:
@@ -814,10 +818,11 @@ def _at_once(fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def _claimed_twice(first: Callable[[], Any], second: Callable[[], Any]) -> Any:
-    """Two claims side by side: the two batches as one; None where neither claimed because
-    the worker stopped, _DOWN where both found the database down."""
-    outcomes = side_by_side([first, second])
+def _claimed_side_by_side(first: Callable[[], Any], others: list[Callable[[], Any]]
+                          ) -> Any:
+    """Claims side by side: their batches as one; None where none claimed because the worker
+    stopped, _DOWN where all found the database down."""
+    outcomes = side_by_side([first, *others])
     for outcome in outcomes:
         if isinstance(outcome, Exception):
             raise outcome
