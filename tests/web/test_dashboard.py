@@ -5,6 +5,7 @@ the read-only token sees no buttons that change anything."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -60,6 +61,40 @@ def sign_in_to(context, server, token):
     page.click("button[type=submit]")
     expect(page.locator("#role")).to_be_visible()
     return page, errors
+
+
+# the mouse's presses, releases and clicks the page received, with their targets: a click
+# whose press and release land on different elements (the page moved between them) is lost
+POINTER_LOG = """
+window.pointerLog = [];
+for (const type of ["mousedown", "mouseup", "click"]) {
+  window.addEventListener(type, (event) => {
+    const t = event.target;
+    const name = t.tagName.toLowerCase() + (t.id ? "#" + t.id : "");
+    window.pointerLog.push(`${type} at ${event.clientX},${event.clientY} on ${name} ` +
+                           JSON.stringify(String(t.textContent).slice(0, 40)));
+  }, true);
+}
+"""
+
+
+@contextlib.contextmanager
+def told_what_the_page_showed(page, errors):
+    """An expectation that fails inside says besides where the page was, the problem it
+    showed, what went wrong in it (uncaught errors and the console's errors) and where the
+    mouse's clicks landed."""
+    console = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    page.evaluate(POINTER_LOG)
+    try:
+        yield
+    except AssertionError as failed:
+        problem = page.locator("#problem")
+        shown = problem.text_content() if problem.is_visible() else None
+        raise AssertionError(
+            f"{failed}\npage at {page.url}; problem shown: {shown!r}; "
+            f"errors: {[str(e) for e in errors]}; console: {console}; "
+            f"pointer: {page.evaluate('window.pointerLog')}") from failed
 
 
 def row(page, queue):
@@ -201,6 +236,71 @@ def test_a_slow_queue_list_is_never_read_twice_at_once(browser, server, engine, 
     assert errors == []
 
 
+def answered_late(pattern):
+    """A script wrapping the page's fetch: each read whose address matches ``pattern`` (a
+    JavaScript regular expression) is answered 2 s late; ``window.lateAnswers`` counts the
+    late answers the page has taken (counted in the task that hands them over)."""
+    return """
+window.lateAnswers = 0;
+const realFetch = window.fetch;
+window.fetch = async (url, init) => {
+  const response = await realFetch(url, init);
+  if (!/PATTERN/.test(String(url))) return response;
+  const data = await response.json();
+  await new Promise((resolve) => setTimeout(resolve, 2000));
+  window.lateAnswers += 1;
+  return {ok: response.ok, status: response.status, statusText: response.statusText,
+          json: async () => data};
+};
+""".replace("PATTERN", pattern)
+
+
+def wait_for_late_answers(page, count):
+    deadline = time.monotonic() + 30  # (the page's CSP refuses wait_for_function's eval)
+    while page.evaluate("window.lateAnswers") < count:
+        assert time.monotonic() < deadline, f"fewer than {count} late answers"
+        page.wait_for_timeout(100)
+
+
+def test_a_late_answer_never_replaces_the_list_asked_for_after_it(browser, server, engine,
+                                                                   table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("a", 1)
+    assert q.poll().key == "a"  # in flight
+    q.offer("b", 2)  # due
+    context = browser.new_context()
+    context.add_init_script(answered_late("[/]messages[?]state=due&"))
+    page, errors = sign_in_to(context, server, TOKEN)
+    page.goto(f"{server.url}/#queue={q.name}")
+    expect(page.locator("#detail")).to_be_visible()
+    page.click("#browse button")  # the due messages again, answered late
+    page.select_option("#browse-state", "in_flight")  # and at once the ones in flight
+    page.click("#browse button")
+    keys = page.locator("#messages tbody tr")
+    expect(keys).to_have_attribute("data-key", "a")
+    wait_for_late_answers(page, 2)
+    assert [keys.nth(i).get_attribute("data-key") for i in range(keys.count())] == ["a"]
+    context.close()
+    assert errors == []
+
+
+def test_a_queue_is_shown_whole_once_its_reads_are_in(browser, server, engine, table_name):
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("k", 1)
+    DeadLetters.of(q).bury(q.poll(), "boom")
+    context = browser.new_context()
+    context.add_init_script(answered_late("^v1[/]throughput$"))  # the chart's read
+    page, errors = sign_in_to(context, server, TOKEN)
+    page.goto(f"{server.url}/#queue={q.name}")
+    expect(page.locator('#dead-letters tbody tr[data-key="k"]')).to_be_visible()
+    # the chart above was drawn before the dead letters were shown: it never pushes them
+    # from under the pointer
+    assert page.evaluate("window.lateAnswers") >= 1
+    assert page.locator("#chart-note").text_content()
+    context.close()
+    assert errors == []
+
+
 def test_the_queue_list_pages(browser, server, engine, table_name):
     base = unique_name("uipage")
     names = [f"{base}_{i:02}" for i in range(52)]
@@ -247,69 +347,70 @@ def test_a_message_page_with_its_timeline_from_every_list(browser, server, engin
     q.offer("mail:4", {"to": "e@f.g"}, at=datetime.now(UTC) + timedelta(hours=2))
 
     page, errors = sign_in(browser, server, TOKEN)
-    page.goto(f"{server.url}/#queue={q.name}")  # a queue's view has an address of its own
+    with told_what_the_page_showed(page, errors):
+        page.goto(f"{server.url}/#queue={q.name}")  # a queue's view has an address of its own
 
-    # from the dead letters: the error on one line, the traceback folded behind it
-    letter = page.locator('#dead-letters tbody tr[data-key="mail:1"]')
-    summary = letter.locator("td.error details summary")
-    expect(summary).to_have_text("ConnectionError: SMTP server refused a@b.c: 554 mailbox "
-                                 "unavailable")
-    traceback = letter.locator("td.error details pre")
-    expect(traceback).to_be_hidden()
-    summary.click()
-    expect(traceback).to_be_visible()
-    expect(traceback).to_contain_text("in send")
-    letter.locator("td.key a").click()
-    expect(page.locator("#message-state")).to_have_text("dead lettered")
-    expect(page.locator("#queues-section")).to_be_hidden()
-    fields = page.locator("#message-fields")
-    for name, text in (("attempts", "2"), ("priority", "5"), ("group", "user:7"),
-                       ("enqueued_by", "signup-service")):
-        expect(fields.locator(f'tr[data-field="{name}"] td')).to_have_text(text)
-    expect(fields.locator('tr[data-field="last_error"] summary')).to_have_text(
-        "ConnectionError: SMTP server refused a@b.c: 554 mailbox unavailable")
-    events = page.locator("#timeline tbody tr")
-    expect(events).to_have_count(5)
-    assert [events.nth(i).get_attribute("data-event") for i in range(5)] == [
-        "offered", "claimed", "failed", "claimed", "dead_lettered"]
-    failed = events.nth(2)
-    expect(failed.locator("td.actor")).to_have_text("mailer-1")
-    expect(failed.locator("td.attempt")).to_have_text("1")
-    expect(failed.locator("td.detail summary")).to_contain_text(
-        "ConnectionError: SMTP server refused a@b.c")
-    expect(failed.locator("td.detail pre")).to_be_hidden()
-    expect(events.nth(0).locator("td.actor")).to_have_text("signup-service")
+        # from the dead letters: the error on one line, the traceback folded behind it
+        letter = page.locator('#dead-letters tbody tr[data-key="mail:1"]')
+        summary = letter.locator("td.error details summary")
+        expect(summary).to_have_text("ConnectionError: SMTP server refused a@b.c: 554 mailbox "
+                                     "unavailable")
+        traceback = letter.locator("td.error details pre")
+        expect(traceback).to_be_hidden()
+        summary.click()
+        expect(traceback).to_be_visible()
+        expect(traceback).to_contain_text("in send")
+        letter.locator("td.key a").click()
+        expect(page.locator("#message-state")).to_have_text("dead lettered")
+        expect(page.locator("#queues-section")).to_be_hidden()
+        fields = page.locator("#message-fields")
+        for name, text in (("attempts", "2"), ("priority", "5"), ("group", "user:7"),
+                           ("enqueued_by", "signup-service")):
+            expect(fields.locator(f'tr[data-field="{name}"] td')).to_have_text(text)
+        expect(fields.locator('tr[data-field="last_error"] summary')).to_have_text(
+            "ConnectionError: SMTP server refused a@b.c: 554 mailbox unavailable")
+        events = page.locator("#timeline tbody tr")
+        expect(events).to_have_count(5)
+        assert [events.nth(i).get_attribute("data-event") for i in range(5)] == [
+            "offered", "claimed", "failed", "claimed", "dead_lettered"]
+        failed = events.nth(2)
+        expect(failed.locator("td.actor")).to_have_text("mailer-1")
+        expect(failed.locator("td.attempt")).to_have_text("1")
+        expect(failed.locator("td.detail summary")).to_contain_text(
+            "ConnectionError: SMTP server refused a@b.c")
+        expect(failed.locator("td.detail pre")).to_be_hidden()
+        expect(events.nth(0).locator("td.actor")).to_have_text("signup-service")
 
-    # from the messages in flight: the lock's holder and expiry
-    page.go_back()
-    expect(page.locator("#detail")).to_be_visible()
-    page.select_option("#browse-state", "in_flight")
-    page.click("#browse button")
-    page.locator('#messages tbody tr[data-key="mail:3"] td.key a').click()
-    expect(page.locator("#message-state")).to_have_text("in flight")
-    expect(fields.locator('tr[data-field="claimed_by"] td')).to_have_text("mailer-2")
-    expect(fields.locator('tr[data-field="locked_until"] td')).to_have_attribute(
-        "title", held.locked_until.isoformat().replace("+00:00", "Z"))
-    expect(fields.locator('tr[data-field="group"] td')).to_have_text("user:8")
-    expect(fields.locator('tr[data-field="trace_context"]')).to_have_count(1)
-    expect(page.locator("#timeline tbody tr")).to_have_count(2)
-    held.ack()  # the page follows it: gone, its timeline kept
-    expect(page.locator("#message-state")).to_have_text("gone")
-    expect(page.locator("#message-absent")).to_contain_text("acked or dropped")
-    expect(page.locator("#timeline tbody tr").last).to_have_attribute("data-event", "acked")
+        # from the messages in flight: the lock's holder and expiry
+        page.go_back()
+        expect(page.locator("#detail")).to_be_visible()
+        page.select_option("#browse-state", "in_flight")
+        page.click("#browse button")
+        page.locator('#messages tbody tr[data-key="mail:3"] td.key a').click()
+        expect(page.locator("#message-state")).to_have_text("in flight")
+        expect(fields.locator('tr[data-field="claimed_by"] td')).to_have_text("mailer-2")
+        expect(fields.locator('tr[data-field="locked_until"] td')).to_have_attribute(
+            "title", held.locked_until.isoformat().replace("+00:00", "Z"))
+        expect(fields.locator('tr[data-field="group"] td')).to_have_text("user:8")
+        expect(fields.locator('tr[data-field="trace_context"]')).to_have_count(1)
+        expect(page.locator("#timeline tbody tr")).to_have_count(2)
+        held.ack()  # the page follows it: gone, its timeline kept
+        expect(page.locator("#message-state")).to_have_text("gone")
+        expect(page.locator("#message-absent")).to_contain_text("acked or dropped")
+        expect(page.locator("#timeline tbody tr").last).to_have_attribute("data-event", "acked")
 
-    # the message lists show priority and group
-    page.click("#crumb-queue")
-    page.select_option("#browse-state", "scheduled")
-    page.click("#browse button")
-    scheduled = page.locator('#messages tbody tr[data-key="mail:4"]')
-    expect(scheduled.locator("td.priority")).to_have_text("0")
-    # from the lookup, a message acked long ago: its page with its timeline
-    page.fill("#lookup-key", "mail:2")
-    page.click("#lookup button")
-    expect(page.locator("#message-state")).to_have_text("gone")
-    expect(page.locator("#timeline tbody tr").last).to_have_attribute("data-event", "acked")
-    assert errors == []
+        # the message lists show priority and group
+        page.click("#crumb-queue")
+        page.select_option("#browse-state", "scheduled")
+        page.click("#browse button")
+        scheduled = page.locator('#messages tbody tr[data-key="mail:4"]')
+        expect(scheduled.locator("td.priority")).to_have_text("0")
+        # from the lookup, a message acked long ago: its page with its timeline
+        page.fill("#lookup-key", "mail:2")
+        page.click("#lookup button")
+        expect(page.locator("#message-state")).to_have_text("gone")
+        expect(page.locator("#timeline tbody tr").last).to_have_attribute("data-event", "acked")
+        assert errors == []
 
 
 def test_pause_marker_and_limit_controls(browser, server, engine, table_name):

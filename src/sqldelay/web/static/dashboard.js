@@ -15,9 +15,9 @@ const PAGE = 25;
 const QUEUES_PAGE = 50;
 const MINUTE = 60000;
 
-const state = {view: "queues", queue: null, key: null, browseAfter: null, deadOffset: 0,
-               deadTotal: 0, queuesAfter: null, queuesBefore: [], queuesNext: null,
-               queuesPrefix: ""};
+const state = {view: "queues", queue: null, key: null, opening: false, browseAfter: null,
+               deadOffset: 0, deadTotal: 0, queuesAfter: null, queuesBefore: [],
+               queuesNext: null, queuesPrefix: ""};
 
 function $(id) { return document.getElementById(id); }
 
@@ -154,6 +154,19 @@ function folded(text, fold) {
   return details;
 }
 
+// ---- reads of one part of the page, overtaking each other -----------------------------------
+
+// Two reads of one part of the page can be on their way at once (a queue opened, and "Show"
+// clicked before its first list came back; a refresh and a click): the part is drawn from the
+// read asked for last, and an earlier one that comes back after it is dropped.
+const lastRead = {};
+
+function reading(part) {
+  const ticket = (lastRead[part] || 0) + 1;
+  lastRead[part] = ticket;
+  return () => lastRead[part] === ticket;  // true while no later read of the part was asked
+}
+
 // ---- where the page is: the address's fragment ----------------------------------------------
 
 function fragment(queue, key) {
@@ -285,19 +298,34 @@ async function readQueues() {
 // ---- one queue -------------------------------------------------------------------------------
 
 async function select(name) {
-  if (name !== $("detail-name").textContent) {
+  const opened = reading("queue");
+  const another = name !== $("detail-name").textContent;
+  if (another) {
     $("lookup-result").textContent = "";
     for (const id of ["rate-limit", "concurrency-limit"]) $(id).value = "";
+    // another queue is shown once its reads are in: drawn a part at a time, what came first
+    // would move under the pointer as the parts above it come in (and no refresh reads a part
+    // again meanwhile, which would leave the part to be drawn after it is shown)
+    $("detail").hidden = true;
   }
+  state.opening = another;
   state.browseAfter = null;
   state.deadOffset = 0;
   $("detail-name").textContent = name;
-  await Promise.all([refreshDetail(), browse(false), refreshDeadLetters(), refreshChart()]);
+  try {
+    await Promise.all([refreshDetail(), browse(false), refreshDeadLetters(), refreshChart()]);
+  } finally {
+    if (opened()) {
+      state.opening = false;
+      if (state.view === "queue" && state.queue === name) $("detail").hidden = false;
+    }
+  }
   await refreshQueues();
 }
 
 async function refreshDetail() {
   if (state.view !== "queue") return;
+  const latest = reading("detail");
   let s;
   try {
     s = await api("GET", q(state.queue));
@@ -307,6 +335,7 @@ async function refreshDetail() {
     s = {due: 0, scheduled: 0, in_flight: 0, dead_letters: 0, paused: false,
          rate_limit: null, concurrency_limit: null};
   }
+  if (!latest()) return;
   $("detail-paused").hidden = !s.paused;
   $("pause").hidden = s.paused;
   $("resume").hidden = !s.paused;
@@ -364,12 +393,14 @@ async function lookup(event) {
 }
 
 async function browse(next) {
+  const latest = reading("messages");
   if (!next) state.browseAfter = null;
   const params = new URLSearchParams({state: $("browse-state").value, limit: PAGE});
   const prefix = $("browse-prefix").value;
   if (prefix) params.set("prefix", prefix);
   if (state.browseAfter) params.set("after", state.browseAfter);
   const page = await api("GET", q(state.queue) + "/messages?" + params);
+  if (!latest()) return;
   const body = $("messages").tBodies[0];
   body.replaceChildren();
   for (const m of page.messages) {
@@ -390,8 +421,10 @@ async function browse(next) {
 }
 
 async function refreshDeadLetters() {
+  const latest = reading("dead-letters");
   const params = new URLSearchParams({limit: PAGE, offset: state.deadOffset});
   const page = await api("GET", q(state.queue) + "/dead-letters?" + params);
+  if (!latest()) return null;
   if (page.dead_letters.length === 0 && state.deadOffset > 0) {
     state.deadOffset = Math.max(0, state.deadOffset - PAGE);
     return refreshDeadLetters();
@@ -594,7 +627,9 @@ function svg(tag, attrs, parent) {
 
 async function refreshChart() {
   if (state.view !== "queue") return;
+  const latest = reading("chart");
   const data = await api("GET", "throughput");
+  if (!latest()) return;
   const points = data.queues[state.queue + "|json"] || [];
   const drawn = drawChart($("chart"), points, data.since, data.minute);
   const current = points.find(([m]) => m === data.minute) || [data.minute, 0, 0];
@@ -669,7 +704,9 @@ function guarded(fn) {
 async function tick() {
   if (state.view === "message") return refreshMessage();
   await refreshQueues();
-  if (state.view === "queue") await Promise.all([refreshDetail(), refreshChart()]);
+  if (state.view === "queue" && !state.opening) {
+    await Promise.all([refreshDetail(), refreshChart()]);
+  }
   return null;
 }
 
