@@ -32,7 +32,7 @@ from .checks import (
 from .clock import Clock, DatabaseClock, duration_ms, from_ms, to_ms
 from .dead_letters_base import DeadLettersBase
 from .dialects import ClaimedRow, OfferRow, QueueDao, dao_class_for
-from .dialects.base import ROW_OVERHEAD, OfferEvents, PayloadBudget
+from .dialects.base import ROW_OVERHEAD, ClaimEvents, OfferEvents, PayloadBudget
 from .dialects.common import ErrorKind, chunked
 from .dialects.flow import Control
 from .errors import InvalidArgumentError, Raced, UnsupportedFeatureError
@@ -348,8 +348,9 @@ class QueueBase:
     def claim_alone(self) -> bool:
         """Whether the next claim runs in autocommit: where the database gains by it, until a
         claim finds the queue under flow control whose claim takes a transaction (as does a
-        recorded one)."""
-        return self.recorder is None and self.dao.claims_alone(self.control)
+        recorded one, unless the dialect's claim statement writes its history)."""
+        return ((self.recorder is None or self.dao.claim_writes_history)
+                and self.dao.claims_alone(self.control))
 
     def claim_op(self, limit: int, by: str | None = None, *, own_transaction: bool = True,
                  acks: Sequence[tuple[str, Sequence[int]]] = ()
@@ -375,15 +376,18 @@ class QueueBase:
             now = self.now_ms(conn)
             until = now + self._acquire_ms
             try:
+                events = (self._claim_history(until, actor)
+                          if self.recorder is not None and self.dao.claim_writes_history
+                          else None)
                 rows, control = self.dao.claim_checked(
                     conn, self.pkind, now, limit, lock, until, actor,
-                    last=self.control, optimistic=optimistic, acks=acks)
+                    last=self.control, optimistic=optimistic, acks=acks, events=events)
             except Raced:
                 optimistic = False  # run again, the settings locked first
                 raise
             self.control = control
             self.backlog = len(rows) == limit
-            if self.recorder is not None:
+            if self.recorder is not None and not (events is not None and events.written):
                 self.recorder.write(conn, self._claim_events(rows, now, until, actor))
             locked_until = from_ms(until)
             try:
@@ -431,6 +435,15 @@ class QueueBase:
         letters = DeadLettersBase.of(self)
         ops = [letters.bury_op(u.envelope, u.error) for u in undecodable]
         return lambda conn: [op(conn) for op in ops]
+
+    def _claim_history(self, until: int, actor: str | None) -> ClaimEvents:
+        """The events of a claim for the dialect's statement to write
+        (``claim_writes_history``), as ``_claim_events`` makes them for the recorder."""
+        assert self.recorder is not None  # called with history only
+        return ClaimEvents(self.recorder.table, EventKind.CLAIMED.value,
+                           EventKind.LOCK_EXPIRED.value,
+                           detail_text(f"locked until {from_ms(until).isoformat()}"),
+                           detail_text(f"lock lost; claimed again by {actor}"))
 
     def _claim_events(self, rows: Sequence[ClaimedRow], now: int, until: int,
                       actor: str | None) -> list[dict]:

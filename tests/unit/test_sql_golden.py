@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from sqldelay.dialects import REGISTRY, OfferRow
-from sqldelay.dialects.base import OfferEvents
+from sqldelay.dialects.base import ClaimEvents, OfferEvents
 from sqldelay.dialects.common import AUTOCOMMIT
 from sqldelay.schema import dead_letter_table, history_table, queue_table, schema_tables
 
@@ -89,6 +89,13 @@ def emitted(name: str) -> list[tuple[str, str]]:
     record("claim acking", lambda c: dao.claim_acking(c, KIND, 100, 10, "L", 400, ("guard",),
                                                       None, [("K", [7, 8]), ("J", [9])]),
            [] if dao.acks_in_claim else [[], [], [CLAIMED]])
+    # a claim of a queue that keeps history, its events written by its statement where
+    # claim_writes_history (else the claim alone: the recorder writes them)
+    events = ClaimEvents(history_table(dao.table.metadata, dao.table.name), "claimed",
+                         "lock_expired", "locked until then", "lock lost; claimed again by w")
+    record("claim recorded", lambda c: dao.claim_acking(c, KIND, 100, 10, "L", 400,
+                                                        ("guard",), "w", [], events),
+           [[CLAIMED]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
     record("lock_acked", lambda c: dao.lock_acked(c, [8, 7]))

@@ -55,6 +55,23 @@ class OfferEvents:
     details: Sequence[str]
 
 
+@dataclass(slots=True)
+class ClaimEvents:
+    """The history events a claim statement writes itself, where the dialect's can
+    (``QueueDao.claim_writes_history``): into ``table``, for each message it claims, an event
+    of kind ``claimed`` with detail ``claimed_detail``, after one of kind ``lock_expired``
+    with detail ``expired_detail`` where the message's last holder lost its lock. ``written``
+    says whether the rows the claim returned have their events written (else the caller
+    writes them)."""
+
+    table: sa.Table
+    claimed: str
+    lock_expired: str
+    claimed_detail: str
+    expired_detail: str
+    written: bool = False
+
+
 # what a row adds to an offer statement besides its payload, at most: a key of 200 characters
 # and a kind of 100, 4 bytes each and escaped in text protocols, numbers and punctuation
 ROW_OVERHEAD = 4096
@@ -180,6 +197,8 @@ class QueueDao(FlowControl):
     partial_indexes: ClassVar[bool] = False
     # ``claim_acking`` acks and claims in one statement (else: the acks, then the claim)
     acks_in_claim: ClassVar[bool] = False
+    # ``claim_acking`` writes the claim's history events in its statement (given ``events``)
+    claim_writes_history: ClassVar[bool] = False
     # the one-statement claim of a dialect that claims by ``claim_returning``: its claim
     # conditions and whether it names the holder
     _claim_statement: Callable[[tuple[str, ...], bool], sa.Executable]
@@ -516,7 +535,8 @@ class QueueDao(FlowControl):
     def claim_checked(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                       lock: str, until_ms: int, actor: str | None = None, *,
                       last: Control | None = None, optimistic: bool = False,
-                      acks: Sequence[tuple[str, Sequence[int]]] = ()
+                      acks: Sequence[tuple[str, Sequence[int]]] = (),
+                      events: ClaimEvents | None = None
                       ) -> tuple[list[ClaimedRow], Control | None]:
         """``claim``, and the queue's flow control where it has any.
 
@@ -531,7 +551,10 @@ class QueueDao(FlowControl):
         learn why); what is claimed never rests on it. ``optimistic``: see
         ``claim_controlled``. ``acks``: (lock, ids) of messages to ack first, in the first
         claim statement where the dialect can (``claim_acking``), else before it; a claim
-        run again sends them again, which deletes nothing more."""
+        run again sends them again, which deletes nothing more. ``events``: the history
+        events for the claim statement to write, where ``claim_writes_history`` (only the
+        first claim statement writes them: ``events.written`` says whether the rows
+        returned have theirs)."""
         bucketed = last is not None and self._bucketed(last)
         grouped = last is not None and self._grouped(last)
         # the bucket charged last, on credit of what it held, where a conflict can be run again
@@ -542,11 +565,13 @@ class QueueDao(FlowControl):
         if last is None or bucketed:
             where = bucket if bucketed else ("guard",)
             rows = (self.claim_acking(conn, pkind, now_ms, limit, lock, until_ms, where, actor,
-                                      acks) if acks
+                                      acks, events) if acks or events is not None
                     else self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, where,
                                           actor))
             if rows:
                 return rows, last
+            if events is not None:
+                events.written = False  # the claims below write none
         elif grouped:
             if rows := self.claim_groups(conn, pkind, now_ms, limit, lock, until_ms, actor,
                                          optimistic):
@@ -629,9 +654,11 @@ class QueueDao(FlowControl):
 
     def claim_acking(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, where: Sequence[str], actor: str | None,
-                     acks: Sequence[tuple[str, Sequence[int]]]) -> list[ClaimedRow]:
+                     acks: Sequence[tuple[str, Sequence[int]]],
+                     events: ClaimEvents | None = None) -> list[ClaimedRow]:
         """Ack the messages ``acks`` names ((lock, ids) of finished claim batches), then
-        ``claim_plain``: here two statements or more; one where ``acks_in_claim``."""
+        ``claim_plain``: here two statements or more; one where ``acks_in_claim``. The
+        history ``events`` are left to the caller here (``claim_writes_history``)."""
         self.ack_pairs(conn, acks)
         return self.claim_plain(conn, pkind, now_ms, limit, lock, until_ms, where, actor)
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 import sqlalchemy as sa
 
 from ..messages import OfferOutcome
-from .base import Advice, ClaimedRow, OfferEvents, OfferRow, PayloadBudget
+from .base import Advice, ClaimedRow, ClaimEvents, OfferEvents, OfferRow, PayloadBudget
 
 
 class Dialect(Protocol):
@@ -41,6 +41,7 @@ class Dialect(Protocol):
     groups_in_claim: ClassVar[bool]  # a queue of groups alone is claimed by claim_groups
     ack_frees_in_one: ClassVar[bool]  # ack_freeing is one statement
     acks_in_claim: ClassVar[bool]  # claim_acking acks and claims in one statement
+    claim_writes_history: ClassVar[bool]  # claim_acking writes the claim's history events
 
     # read only, where a dialect narrows the type (a class sets a value)
     @property
@@ -152,8 +153,10 @@ class Dialect(Protocol):
 
     def claim_acking(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, where: Sequence[str], actor: str | None,
-                     acks: Sequence[tuple[str, Sequence[int]]]) -> list[ClaimedRow]:
-        """Ack ``acks`` ((lock, ids) pairs), then ``claim_plain``."""
+                     acks: Sequence[tuple[str, Sequence[int]]],
+                     events: ClaimEvents | None = None) -> list[ClaimedRow]:
+        """Ack ``acks`` ((lock, ids) pairs), then ``claim_plain``; given ``events``, write
+        the claim's history events in its statement (``events.written``) where it can."""
 
     def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
         """The locking read of the first due rows, in claim order."""

@@ -27,13 +27,22 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
 from ..errors import InvalidArgumentError, Raced
 from ..messages import OfferOutcome
-from .base import Advice, ClaimedRow, OfferEvents, OfferRow, QueueDao, in_claim_order
+from .base import (
+    Advice,
+    ClaimedRow,
+    ClaimEvents,
+    OfferEvents,
+    OfferRow,
+    QueueDao,
+    in_claim_order,
+)
 from .common import AUTOCOMMIT
 from .flow import group_order, loose_wanted, walk_length
 
@@ -143,6 +152,7 @@ class PostgresQueueDao(QueueDao):
     statistics_after = 50_000
     claims_side_by_side = True
     acks_in_claim = True
+    claim_writes_history = True
     partial_indexes = True
     delete_returning = True
     # an offer of one chunk tries a plain INSERT of its rows first (``insert_new``), where
@@ -168,6 +178,7 @@ class PostgresQueueDao(QueueDao):
         self._offer_cache: dict[tuple, tuple] = {}
         self._unnest_inserts: dict[tuple, sa.Insert] = {}
         self._claims: dict[tuple[tuple[str, ...], bool, bool], sa.Update] = {}
+        self._recorded_claims: dict[tuple, sa.Select] = {}
         self._heads_claims: dict[bool, sa.Update] = {}
 
     def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
@@ -321,15 +332,64 @@ class PostgresQueueDao(QueueDao):
 
     def claim_acking(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, where: Sequence[str], actor: str | None,
-                     acks: Sequence[tuple[str, Sequence[int]]]) -> list[ClaimedRow]:
-        # one round trip and, in autocommit, one commit for the ack of the last batch and
-        # the claim of the next (data-modifying CTEs)
-        values = {**self.claim_values(pkind, now_ms, limit, lock, until_ms, actor),
-                  "ack_ids": [i for _, ids in acks for i in ids],
-                  "ack_locks": [held for held, ids in acks for _ in ids]}
-        stmt = self._claim_statement(tuple(where), actor is not None, acking=True)
-        return self._raced(where, lambda: in_claim_order(
+                     acks: Sequence[tuple[str, Sequence[int]]],
+                     events: ClaimEvents | None = None) -> list[ClaimedRow]:
+        # one round trip and, in autocommit, one commit for the ack of the last batch, the
+        # claim of the next and the claim's history events (data-modifying CTEs)
+        values = self.claim_values(pkind, now_ms, limit, lock, until_ms, actor)
+        if acks:
+            values["ack_ids"] = [i for _, ids in acks for i in ids]
+            values["ack_locks"] = [held for held, ids in acks for _ in ids]
+        stmt: sa.Executable = self._claim_statement(tuple(where), actor is not None,
+                                                    acking=bool(acks))
+        if events is not None:
+            stmt = self._recorded_claim(tuple(where), actor is not None, bool(acks), events)
+            values["claimed_detail"] = events.claimed_detail
+            values["expired_detail"] = events.expired_detail
+        rows = self._raced(where, lambda: in_claim_order(
             ClaimedRow(*r) for r in conn.execute(stmt, values).all()))
+        if events is not None:
+            events.written = True
+        return rows
+
+    def _recorded_claim(self, where: tuple[str, ...], by: bool, acking: bool,
+                        events: ClaimEvents) -> sa.Select:
+        """``_claim_statement`` that writes its history events: the UPDATE a CTE whose rows
+        the statement returns, and an INSERT into ``events.table`` of an event of kind
+        ``events.claimed`` per message claimed (detail: parameter claimed_detail), after one of
+        kind ``events.lock_expired`` (detail: expired_detail) where its last holder's lock
+        had run out, as ``QueueBase._claim_events`` makes them."""
+        key = (where, by, acking, events.table.name, events.claimed, events.lock_expired)
+        if key not in self._recorded_claims:
+            claimed = self._claim_statement(where, by, acking).cte("claimed")
+            kind = sa.bindparam("b_kind", type_=sa.Text)
+            now = sa.bindparam("b_now", type_=sa.BigInteger)
+            names = ("pkind", "pkey", "at", "kind", "actor", "attempt", "detail", "o_id",
+                     "o_step")
+
+            def event(*values: Any) -> list[sa.Label]:
+                return [(sa.literal_column(str(v)) if isinstance(v, int) else v).label(name)
+                        for v, name in zip(values, names, strict=True)]
+
+            expired = (sa.select(*event(
+                kind, claimed.c.pkey, now, _constant(events.lock_expired),
+                claimed.c.previous_holder, claimed.c.deliveries - 1,
+                sa.bindparam("expired_detail", type_=sa.Text), claimed.c.id, 0))
+                .where(claimed.c.previous_lock.is_not(None)))
+            taken = sa.select(*event(
+                kind, claimed.c.pkey, now, _constant(events.claimed),
+                sa.bindparam("actor", type_=sa.Text) if by else sa.null(),
+                claimed.c.deliveries, sa.bindparam("claimed_detail", type_=sa.Text),
+                claimed.c.id, 1))
+            both = sa.union_all(expired, taken).subquery("e")
+            # in the recorder's order: per message, its lost lock before its claim
+            source = (sa.select(*list(both.c)[:7])
+                      .order_by(both.c.o_id, both.c.o_step))
+            written = sa.insert(events.table).from_select(
+                ["pkind", "pkey", "at", "kind", "actor", "attempt", "detail"], source)
+            self._recorded_claims[key] = (sa.select(*claimed.c)
+                                          .add_cte(written.cte("recorded")))
+        return self._recorded_claims[key]
 
     def _mark_picked(self, picked: sa.CTE, by: bool, *where: sa.ColumnElement[bool],
                      target: sa.FromClause | None = None) -> sa.Update:

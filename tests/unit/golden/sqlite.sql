@@ -73,6 +73,12 @@ SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queu
 -- claim acking 3
 UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1) WHERE delayed_queue.id IN (:ids_1);
 
+-- claim recorded 0
+SELECT delayed_queue.id, delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at, delayed_queue.scheduled_at_initially, delayed_queue.created_at, delayed_queue.deliveries, delayed_queue.priority, delayed_queue.group_key, delayed_queue.enqueued_by, delayed_queue.lock_uuid, delayed_queue.claimed_by, delayed_queue.trace_context FROM delayed_queue INDEXED BY delayed_queue_kind_prio_ix WHERE delayed_queue.pkind = :b_kind AND delayed_queue.scheduled_at <= :b_now AND NOT (EXISTS (SELECT * FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :b_kind AND (delayed_queue_settings.paused != 0 OR delayed_queue_settings.has_groups != 0 OR delayed_queue_settings.rate_limit IS NOT NULL OR delayed_queue_settings.max_in_flight IS NOT NULL))) ORDER BY delayed_queue.priority DESC, delayed_queue.scheduled_at, delayed_queue.id LIMIT :b_limit OFFSET :param_1;
+
+-- claim recorded 1
+UPDATE delayed_queue SET scheduled_at=:until, lock_uuid=:lock, deliveries=(delayed_queue.deliveries + :deliveries_1), claimed_by=:actor WHERE delayed_queue.id IN (:ids_1);
+
 -- ack 0
 DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uuid = :lock;
 
