@@ -524,6 +524,12 @@ class QueueBase:
                 if recorder is None:
                     acked += dao.ack_freeing(conn, self.pkind, lock, ids, names)
                     continue
+                if dao.ack_writes_history:  # the ack's statement writes the events
+                    acked += dao.ack_recorded(conn, self.pkind, lock, ids, recorder.table,
+                                              EventKind.ACKED.value, self.now_ms())
+                    if names:
+                        dao.free_groups(conn, self.pkind, lock, names)
+                    continue
                 gone = dao.ack_many_which(conn, lock, ids)
                 recorder.write(conn, [self._done_event(EventKind.ACKED, env)
                                       for env in held if env.key in gone])
@@ -532,8 +538,8 @@ class QueueBase:
                     dao.free_groups(conn, self.pkind, lock, names)
             return acked
 
-        one = (recorder is None and len(by_lock) == 1 and len(envelopes) <= dao.in_list_max
-               and (not groups or dao.ack_frees_in_one))
+        one = ((recorder is None or dao.ack_writes_history) and len(by_lock) == 1
+               and len(envelopes) <= dao.in_list_max and (not groups or dao.ack_frees_in_one))
         return Call(op, one)
 
     def release_call(self, envelope: Envelope, delay: timedelta | None,

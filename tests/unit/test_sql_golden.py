@@ -96,6 +96,9 @@ def emitted(name: str) -> list[tuple[str, str]]:
     record("claim recorded", lambda c: dao.claim_acking(c, KIND, 100, 10, "L", 400,
                                                         ("guard",), "w", [], events),
            [[CLAIMED]])
+    if dao.ack_writes_history:  # the acks of a queue that keeps history, in one statement
+        record("ack recorded", lambda c: dao.ack_recorded(
+            c, KIND, "L", [7, 8], events.table, "acked", 100), [[(2,)]])
     record("ack", lambda c: dao.ack(c, 7, "L"))
     record("ack_many", lambda c: dao.ack_many(c, "L", [7, 8]))
     record("lock_acked", lambda c: dao.lock_acked(c, [8, 7]))

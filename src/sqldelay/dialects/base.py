@@ -199,6 +199,8 @@ class QueueDao(FlowControl):
     acks_in_claim: ClassVar[bool] = False
     # ``claim_acking`` writes the claim's history events in its statement (given ``events``)
     claim_writes_history: ClassVar[bool] = False
+    # ``ack_recorded`` deletes messages and writes their acked events in one statement
+    ack_writes_history: ClassVar[bool] = False
     # the one-statement claim of a dialect that claims by ``claim_returning``: its claim
     # conditions and whether it names the holder
     _claim_statement: Callable[[tuple[str, ...], bool], sa.Executable]
@@ -767,6 +769,13 @@ class QueueDao(FlowControl):
         for chunk in chunked([r.id for r in rows], self.in_list_max):
             conn.execute(self.delete_by_id(t, len(chunk), t.c.id.in_(chunk)))
         return [r.pkey for r in rows]
+
+    def ack_recorded(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
+                     events: sa.Table, kind: str, now_ms: int) -> int:
+        """``ack_many`` that writes into ``events`` (the history table) an event of kind
+        ``kind`` at ``now_ms`` for each message it deletes, named by the message's holder and
+        attempt, in one statement: where ``ack_writes_history`` only."""
+        raise NotImplementedError(f"{type(self).__name__} acks and records apart")
 
     def ack_many_which(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> set[str]:
         """``ack_many`` that says which messages (by key) were deleted."""

@@ -42,6 +42,7 @@ class Dialect(Protocol):
     ack_frees_in_one: ClassVar[bool]  # ack_freeing is one statement
     acks_in_claim: ClassVar[bool]  # claim_acking acks and claims in one statement
     claim_writes_history: ClassVar[bool]  # claim_acking writes the claim's history events
+    ack_writes_history: ClassVar[bool]  # ack_recorded is one statement
 
     # read only, where a dialect narrows the type (a class sets a value)
     @property
@@ -157,6 +158,10 @@ class Dialect(Protocol):
                      events: ClaimEvents | None = None) -> list[ClaimedRow]:
         """Ack ``acks`` ((lock, ids) pairs), then ``claim_plain``; given ``events``, write
         the claim's history events in its statement (``events.written``) where it can."""
+
+    def ack_recorded(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
+                     events: sa.Table, kind: str, now_ms: int) -> int:
+        """Ack ``ids`` and write their acked events in one statement; how many went."""
 
     def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
         """The locking read of the first due rows, in claim order."""

@@ -43,7 +43,7 @@ from .base import (
     QueueDao,
     in_claim_order,
 )
-from .common import AUTOCOMMIT
+from .common import AUTOCOMMIT, chunked
 from .flow import group_order, loose_wanted, walk_length
 
 log = logging.getLogger("sqldelay")
@@ -153,6 +153,7 @@ class PostgresQueueDao(QueueDao):
     claims_side_by_side = True
     acks_in_claim = True
     claim_writes_history = True
+    ack_writes_history = True
     partial_indexes = True
     delete_returning = True
     # an offer of one chunk tries a plain INSERT of its rows first (``insert_new``), where
@@ -179,6 +180,7 @@ class PostgresQueueDao(QueueDao):
         self._unnest_inserts: dict[tuple, sa.Insert] = {}
         self._claims: dict[tuple[tuple[str, ...], bool, bool], sa.Update] = {}
         self._recorded_claims: dict[tuple, sa.Select] = {}
+        self._recorded_acks: dict[tuple[str, str], sa.Select] = {}
         self._heads_claims: dict[bool, sa.Update] = {}
 
     def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
@@ -351,6 +353,27 @@ class PostgresQueueDao(QueueDao):
         if events is not None:
             events.written = True
         return rows
+
+    def ack_recorded(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
+                     events: sa.Table, kind: str, now_ms: int) -> int:
+        # the DELETE a CTE whose rows an INSERT of their events reads: one statement, which
+        # runs in autocommit, where the delete's RETURNING and the events' INSERT took a
+        # transaction (BEGIN, two statements, COMMIT)
+        if (events.name, kind) not in self._recorded_acks:
+            t = self.table
+            gone = (sa.delete(t).where(self.held_by(sa.bindparam("lock")), self.ids_listed())
+                    .returning(t.c.pkey, t.c.claimed_by, t.c.deliveries).cte("gone"))
+            written = sa.insert(events).from_select(
+                ["pkind", "pkey", "at", "kind", "actor", "attempt"],
+                sa.select(sa.bindparam("b_kind", type_=sa.Text), gone.c.pkey,
+                          sa.bindparam("b_now", type_=sa.BigInteger), _constant(kind),
+                          gone.c.claimed_by, gone.c.deliveries))
+            self._recorded_acks[events.name, kind] = (
+                sa.select(sa.func.count()).select_from(gone).add_cte(written.cte("recorded")))
+        stmt = self._recorded_acks[events.name, kind]
+        return sum(int(conn.execute(stmt, {"lock": lock, "ids": chunk, "b_kind": pkind,
+                                           "b_now": now_ms}).scalar() or 0)
+                   for chunk in chunked(ids, self.in_list_max))
 
     def _recorded_claim(self, where: tuple[str, ...], by: bool, acking: bool,
                         events: ClaimEvents) -> sa.Select:
