@@ -272,8 +272,15 @@ class Dialect(Protocol):
     def channel(self) -> str:
         """The name under which offers notify and workers listen."""
 
-    def listen_statement(self) -> str:
-        """The statement that makes a connection hear the channel."""
+    def listen_statement(self, channel: str | None = None) -> str:
+        """The statement that makes a connection hear ``channel`` (default: the offers')."""
 
     def wake_listeners(self, conn: sa.Connection, pkind: str) -> None:
         """Notify the workers of ``pkind`` when the transaction commits."""
+
+    @property
+    def settled_channel(self) -> str:
+        """The channel on which a task's result or dead letter is announced."""
+
+    def notify_settled(self, conn: sa.Connection, pkind: str, key: str) -> None:
+        """Announce, when the transaction commits, that ``key`` of ``pkind`` has settled."""
