@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -172,7 +173,10 @@ class AsyncDelayedQueue(QueueBase):
                                         acks=acks or ())
         run = partial(self.executor.run, op, write=True, connection=connection,
                       read_committed=not self.backlog)
-        with self.tracer.span(CLAIM, self.name, limit):
+        with ExitStack() as spans:
+            if acks:  # the ack sent in the claim's statement: its span holds the claim's
+                spans.enter_context(self.tracer.span(ACK, self.name, len(ack)))
+            spans.enter_context(self.tracer.span(CLAIM, self.name, limit))
             envelopes = await self._claim(run)
         if undecodable:
             await self._bury_undecodable(undecodable, connection)
