@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -21,6 +22,7 @@ from .concurrency import Connection, Event, run_blocking, run_op, spawn, wait_ev
 from .errors import InvalidArgumentError, PayloadError, UnsupportedDialectError
 from .messages import Envelope, Message, OfferOutcome
 from .notifier import hear
+from .outages import patience
 from .queue import DelayedQueue
 from .tasks_base import (
     PRUNE_BATCH,
@@ -93,7 +95,10 @@ class TaskHandle:
             pause = 0.02
             while True:
                 woken.clear()  # before the read: an end heard during it is not lost
-                found = self.status()
+                # a read waits out an outage (the queue's patience) only until the deadline
+                with (nullcontext() if deadline is None
+                      else patience(max(deadline - time.monotonic(), 0.0))):
+                    found = self.status()
                 if found is not None and found.status is TaskStatus.SUCCEEDED:
                     return found.return_value
                 if found is not None and found.status is TaskStatus.FAILED:

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -19,6 +20,7 @@ from .concurrency_async import AsyncConnection, Event, run_blocking, run_op, spa
 from .errors import InvalidArgumentError, PayloadError, UnsupportedDialectError
 from .messages import Envelope, Message, OfferOutcome
 from .notifier_async import hear
+from .outages import patience
 from .queue_async import AsyncDelayedQueue
 from .tasks_base import (
     PRUNE_BATCH,
@@ -91,7 +93,10 @@ class AsyncTaskHandle:
             pause = 0.02
             while True:
                 woken.clear()  # before the read: an end heard during it is not lost
-                found = await self.status()
+                # a read waits out an outage (the queue's patience) only until the deadline
+                with (nullcontext() if deadline is None
+                      else patience(max(deadline - time.monotonic(), 0.0))):
+                    found = await self.status()
                 if found is not None and found.status is TaskStatus.SUCCEEDED:
                     return found.return_value
                 if found is not None and found.status is TaskStatus.FAILED:

@@ -4,8 +4,8 @@ An offer made without ``connection=`` waits out a database it reached before for
 patience (``sqldelay.outages``, 10 seconds by default) and then succeeds; an offer in the
 caller's transaction raises at once, and the caller's retry of the whole transaction on a new
 connection succeeds. A worker's own calls do not wait inside: it notices an outage and stops
-at once, whatever the producers' patience. The servers are private ones
-(``test_worker_restart``), stopped and restarted here.
+at once, whatever the producers' patience; a wait for a task's result ends at its timeout.
+The servers are private ones (``test_worker_restart``), stopped and restarted here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from sqldelay import DEFAULT_PATIENCE, Message, OfferOutcome, create_schema, set_default_patience
+from sqldelay import (
+    DEFAULT_PATIENCE,
+    DelayedQueue,
+    Message,
+    OfferOutcome,
+    create_schema,
+    set_default_patience,
+)
+from sqldelay.tasks import Tasks
 
 from ..conftest import Target
 from ..fronts import AsyncFront, Front
@@ -150,5 +158,35 @@ def test_a_worker_notices_an_outage_and_stops_at_once_however_patient_the_produc
     finally:
         set_default_patience(DEFAULT_PATIENCE)
         front.close()
+        engine.dispose()
+        server.destroy()
+
+
+@pytest.mark.parametrize("server_class", [s for db, s, d in SELECTED if d is None],
+                         ids=[db for db, s, d in SELECTED if d is None])
+def test_a_wait_for_a_result_ends_at_its_timeout_during_an_outage(server_class):
+    server = server_class()
+    engine = sa.create_engine(server.url)
+    create_schema(engine)
+    set_default_patience(120)  # a read that waited out the outage would outlast the timeout
+    try:
+        tasks = Tasks(DelayedQueue(engine, "results"), results=True)
+
+        @tasks.task(name="noop")
+        def noop() -> None:
+            return None
+
+        handle = noop.defer()  # the database has been reached
+        server.stop()
+        began = time.monotonic()
+        try:
+            with pytest.raises((TimeoutError, sa.exc.OperationalError, sa.exc.InterfaceError)):
+                handle.result(timeout=2)
+        finally:
+            waited = time.monotonic() - began
+            server.start()  # (a private server is destroyed running)
+        assert waited < 10  # the timeout and a last attempt's connect, not the patience
+    finally:
+        set_default_patience(DEFAULT_PATIENCE)
         engine.dispose()
         server.destroy()
