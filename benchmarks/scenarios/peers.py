@@ -15,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -145,10 +148,31 @@ def _dsn(conninfo: str) -> str:
 
 
 async def _procrastinate(bench: Bench, conninfo: str, n: int) -> tuple[float, float, int]:
+    async with procrastinate_noop(conninfo, bench.producers + bench.consumers + 2) as (
+            app, noop, done):
+        batches = n // bench.batch
+
+        async def produce(i: int) -> None:
+            for _ in range(i, batches, bench.producers):
+                await noop.batch_defer_async(*([{}] * bench.batch))
+
+        began = time.perf_counter()
+        await asyncio.gather(*(produce(i) for i in range(bench.producers)))
+        enqueue_s = time.perf_counter() - began
+        began = time.perf_counter()
+        await procrastinate_workers(app, bench)
+        process_s = time.perf_counter() - began
+    return enqueue_s, process_s, done[0]
+
+
+@asynccontextmanager
+async def procrastinate_noop(conninfo: str, pool: int) -> AsyncIterator[tuple[Any, Any, list]]:
+    """procrastinate's app on the peers' database (its schema installed the first time), its
+    no-op task, and the count of the task's runs."""
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(
-        conninfo=conninfo, min_size=1, max_size=bench.producers + bench.consumers + 2))
+        conninfo=conninfo, min_size=1, max_size=pool))
     done = [0]
 
     @app.task(name="noop")
@@ -160,18 +184,12 @@ async def _procrastinate(bench: Bench, conninfo: str, n: int) -> tuple[float, fl
             "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS installed")
         if not installed["installed"]:  # the first round installs it, the others reuse it
             await app.schema_manager.apply_schema_async()
-        batches = n // bench.batch
+        yield app, noop, done
 
-        async def produce(i: int) -> None:
-            for _ in range(i, batches, bench.producers):
-                await noop.batch_defer_async(*([{}] * bench.batch))
 
-        began = time.perf_counter()
-        await asyncio.gather(*(produce(i) for i in range(bench.producers)))
-        enqueue_s = time.perf_counter() - began
-        began = time.perf_counter()
-        await asyncio.gather(*(app.run_worker_async(
-            concurrency=bench.batch, wait=False, listen_notify=False, delete_jobs="successful",
-            install_signal_handlers=False) for _ in range(bench.consumers)))
-        process_s = time.perf_counter() - began
-    return enqueue_s, process_s, done[0]
+async def procrastinate_workers(app: Any, bench: Bench) -> None:
+    """``consumers`` procrastinate workers until no job is left: ``concurrency=batch``, no
+    LISTEN/NOTIFY, successful jobs deleted."""
+    await asyncio.gather(*(app.run_worker_async(
+        concurrency=bench.batch, wait=False, listen_notify=False, delete_jobs="successful",
+        install_signal_handlers=False) for _ in range(bench.consumers)))

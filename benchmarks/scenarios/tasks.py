@@ -6,11 +6,16 @@ calls per second over the whole (produce, then drain). Three subjects, taking tu
 queue (``offer`` of ``{"job": "noop"}``, a handler that returns), the task layer without
 results (``noop.defer()``, the registry as the handler) and with results (each run writes
 its result row in the transaction of its ack). The issue asks the layer's cost without
-results to stay within 15% of the raw queue on PostgreSQL.
+results to stay within 15% of the raw queue on PostgreSQL. There, a task peer takes its turn
+too: procrastinate's ``defer_async`` of a no-op task, one call after another from one
+coroutine, then ``consumers`` of its workers (``concurrency=batch``, stopping when empty, no
+LISTEN, successful jobs deleted) in the peers' database (``peers.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import time
 
 from sqldelay.listeners import WorkerListener
@@ -18,7 +23,7 @@ from sqldelay.tasks import Tasks
 from sqldelay.worker import Worker
 
 from ..harness import OURS, PAYLOAD, Bench, alternate, rounds_for, spread
-from .peers import RATE
+from .peers import RATE, peers_database, procrastinate_noop, procrastinate_workers
 
 
 def tasks_drain(bench: Bench) -> None:
@@ -53,6 +58,21 @@ def tasks_drain(bench: Bench) -> None:
         f"{OURS} tasks": lambda: run(plain.queue, lambda i: noop.defer(), plain),
         f"{OURS} tasks+results": lambda: run(kept.queue, lambda i: noop_kept.defer(), kept),
     }
+    if bench.dialect == "postgresql" and importlib.util.find_spec("procrastinate"):
+        conninfo = peers_database(bench)
+        subjects["procrastinate"] = lambda: asyncio.run(_procrastinate(bench, conninfo, n))
     for subject, values in alternate(rounds_for(n), subjects).items():
         stats = spread(values)
         bench.add("tasks_drain", subject, RATE, stats["median"], params={**params, **stats})
+
+
+async def _procrastinate(bench: Bench, conninfo: str, n: int) -> float:
+    """procrastinate's calls/s over the whole: ``n`` defers one after another, then its
+    workers until none is left."""
+    async with procrastinate_noop(conninfo, bench.consumers + 2) as (app, noop, done):
+        began = time.perf_counter()
+        for _ in range(n):
+            await noop.defer_async()
+        await procrastinate_workers(app, bench)
+        elapsed = time.perf_counter() - began
+    return done[0] / elapsed
