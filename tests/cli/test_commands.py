@@ -382,13 +382,7 @@ def test_the_demo_cleans_up_after_ctrl_c(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
-    assert "interrupted" in out and "undelivered demo message(s)" in out, (out, err)
-    engine = sa.create_engine(url)
-    try:
-        assert DelayedQueue(engine, "demo", table_name="sqldelay_demo").stats().scheduled == 0
-    finally:
-        engine.dispose()
+    assert_interrupted_and_dropped(url, proc.returncode, out, err)
 
 
 def test_the_demo_cleans_up_after_ctrl_c_while_its_consumers_start(tmp_path):
@@ -406,8 +400,13 @@ def test_the_demo_cleans_up_after_ctrl_c_while_its_consumers_start(tmp_path):
 
     with mock.patch("sqldelay.cli.demo.threading.Thread", CtrlC):
         done = here("demo", "--url", url, "--spread", "60", "--messages", "200")
-    assert done.returncode == 130, done.stderr
-    assert "interrupted" in done.stdout and "undelivered demo message(s)" in done.stdout
+    assert_interrupted_and_dropped(url, done.returncode, done.stdout, done.stderr)
+
+
+def assert_interrupted_and_dropped(url: str, code: int, out: str, err: str) -> None:
+    """The demo said it was interrupted (exit 130) and left none of its messages behind."""
+    assert code == 130, err
+    assert "interrupted" in out and "undelivered demo message(s)" in out, (out, err)
     engine = sa.create_engine(url)
     try:
         assert DelayedQueue(engine, "demo", table_name="sqldelay_demo").stats().scheduled == 0
