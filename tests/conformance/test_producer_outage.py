@@ -28,9 +28,7 @@ from sqldelay import (
 )
 from sqldelay.tasks import Tasks
 
-from ..conftest import Target
-from ..fronts import AsyncFront, Front
-from .test_worker_restart import RESTARTS, OutageSeen, _selected
+from .test_worker_restart import RESTARTS, OutageSeen, _selected, started
 
 SELECTED = [(database, server, driver) for database, server, driver in RESTARTS
             if _selected(database, driver)]
@@ -69,11 +67,7 @@ SERVERS = pytest.mark.parametrize(
 @SERVERS
 def test_an_offer_rides_out_a_restart_and_a_callers_transaction_raises_at_once(
         server_class, driver, retried):
-    server = server_class()
-    engine = sa.create_engine(server.url)
-    create_schema(engine)
-    front = Front(engine) if driver is None else AsyncFront(Target("", driver).async_url(
-        server.url), poolclass=sa.pool.NullPool)
+    server, engine, front = started(server_class, driver)
     try:
         q = front.queue("outage")  # no patience given: the default
         assert q.offer("before", 1) is OfferOutcome.CREATED  # the database has been reached
@@ -122,11 +116,7 @@ def test_an_offer_rides_out_a_restart_and_a_callers_transaction_raises_at_once(
 @SERVERS
 def test_a_worker_notices_an_outage_and_stops_at_once_however_patient_the_producers(
         server_class, driver):
-    server = server_class()
-    engine = sa.create_engine(server.url)
-    create_schema(engine)
-    front = Front(engine) if driver is None else AsyncFront(Target("", driver).async_url(
-        server.url), poolclass=sa.pool.NullPool)
+    server, engine, front = started(server_class, driver)
     set_default_patience(120)  # a call of the worker's own that waited would outlast the test
     try:
         q = front.queue("stopping")

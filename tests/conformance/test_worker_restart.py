@@ -106,16 +106,23 @@ def _selected(database: str, driver: str | None) -> bool:
     return bool(names & set(DATABASES)) and ("sync" if driver is None else "async") in FRONTS
 
 
-@pytest.mark.parametrize(("server_class", "driver"), [
-    (server, driver) for database, server, driver in RESTARTS if _selected(database, driver)
-], ids=[database if driver is None else f"{database}-{driver}"
-        for database, _, driver in RESTARTS if _selected(database, driver)])
-def test_a_database_restart_during_a_run_loses_nothing(server_class, driver):
+def started(server_class, driver):
+    """A private server of ``server_class`` with the schema made, a blocking engine on it and
+    the front end of ``driver`` (None: the blocking one)."""
     server = server_class()
     engine = sa.create_engine(server.url)
     create_schema(engine)
     front = Front(engine) if driver is None else AsyncFront(Target("", driver).async_url(
         server.url), poolclass=sa.pool.NullPool)
+    return server, engine, front
+
+
+@pytest.mark.parametrize(("server_class", "driver"), [
+    (server, driver) for database, server, driver in RESTARTS if _selected(database, driver)
+], ids=[database if driver is None else f"{database}-{driver}"
+        for database, _, driver in RESTARTS if _selected(database, driver)])
+def test_a_database_restart_during_a_run_loses_nothing(server_class, driver):
+    server, engine, front = started(server_class, driver)
     try:
         q = front.queue("restart", acquire_timeout=timedelta(seconds=3))
         keys = [f"r{i}" for i in range(3000)]
