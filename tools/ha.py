@@ -192,15 +192,35 @@ class PatroniCluster:
 
     def healthy(self) -> bool:
         """A running leader, every other member streaming from it with no lag, and in
-        synchronous mode one of them the synchronous standby."""
+        synchronous mode one of them the synchronous standby.
+
+        Patroni 3.0 (Debian 12's) reports a standby that has restored its base backup but
+        not yet connected to the primary as "running" with lag 0, so streaming is read off
+        the leader's own ``pg_stat_replication``."""
         members = self.members()
-        if len(members) != len(self.names) or self.leader() is None:
+        leader = self.leader()
+        if len(members) != len(self.names) or leader is None:
             return False
         standbys = [m for m in members if m.get("role") != "leader"]
         if any(m.get("state") not in ("running", "streaming") or m.get("lag") not in (0, "0")
                for m in standbys):
             return False
+        if self.streaming_standbys(leader) < len(standbys):
+            return False
         return not self.synchronous or any(m.get("role") == "sync_standby" for m in standbys)
+
+    def streaming_standbys(self, name: str) -> int:
+        """How many standbys stream from node ``name`` (its WAL senders in state
+        streaming); 0 when it does not answer."""
+        engine = sa.create_engine(self.node_url(name), poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                return conn.exec_driver_sql("SELECT count(*) FROM pg_stat_replication"
+                                            " WHERE state = 'streaming'").scalar_one()
+        except sa.exc.DBAPIError:
+            return 0
+        finally:
+            engine.dispose()
 
     def wait_healthy(self, timeout: float = 120) -> None:
         _wait(self.healthy, timeout, "the cluster to be healthy (a leader, standbys streaming)")

@@ -205,7 +205,8 @@ def _walsenders(url: str) -> list[int]:
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as conn:
-            return list(conn.exec_driver_sql("SELECT pid FROM pg_stat_replication").scalars())
+            return list(conn.exec_driver_sql("SELECT pid FROM pg_stat_replication"
+                                             " WHERE state = 'streaming'").scalars())
     finally:
         engine.dispose()
 
@@ -249,8 +250,9 @@ class Failover:
 
             held = []
             if self.wal is not None:
-                held = _walsenders(primary)
-                assert held, "no standby streaming"
+                # the fixture saw the standby streaming; a walsender the load restarted
+                # since (its standby reconnecting) is waited for
+                held = wait_for(lambda: _walsenders(primary), 30, "a standby streaming")
                 for pid in held:
                     os.kill(pid, signal.SIGSTOP)
                 self.stalled_at = self.wal.last()
