@@ -16,10 +16,10 @@ import enum
 import os
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -29,6 +29,11 @@ from .dialects import QueueDao
 from .dialects.common import chunked
 from .errors import InvalidArgumentError
 from .schema import ACTOR_LENGTH, ERROR_LENGTH
+
+T = TypeVar("T")
+Op = Callable[[sa.Connection], T]  # an operation returning a T, run by either front end
+# an event as a row of the history table: its columns' values
+EventRow = dict[str, str | int | None]
 
 
 class EventKind(enum.Enum):
@@ -125,17 +130,17 @@ class Recorder:
 
     @staticmethod
     def event(pkind: str, kind: EventKind, key: str, at_ms: int, *, actor: str | None = None,
-              attempt: int | None = None, detail: str | None = None) -> dict:
+              attempt: int | None = None, detail: str | None = None) -> EventRow:
         return {"pkind": pkind, "pkey": key, "at": at_ms, "kind": kind.value,
                 "actor": actor, "attempt": attempt,
                 "detail": None if detail is None else detail_text(detail)}
 
-    def write(self, conn: sa.Connection, events: Sequence[dict]) -> None:
+    def write(self, conn: sa.Connection, events: Sequence[EventRow]) -> None:
         """Insert ``events``: one multi-row statement (the array insert on Oracle)."""
         if events:
             self.dao.insert_rows(conn, self.table, events)
 
-    def read_op(self, pkind: str, key: str):
+    def read_op(self, pkind: str, key: str) -> Op[list[HistoryEvent]]:
         """The events of ``key`` (across re-offers of the key), oldest first."""
         h = self.table
         stmt = (sa.select(h.c.pkey, h.c.at, h.c.kind, h.c.actor, h.c.attempt, h.c.detail)
@@ -147,7 +152,8 @@ class Recorder:
 
         return op
 
-    def counts_op(self, after_id: int | None, kinds: Sequence[EventKind]):
+    def counts_op(self, after_id: int | None,
+                  kinds: Sequence[EventKind]) -> Op[tuple[int, dict[tuple[str, EventKind], int]]]:
         """How many events of ``kinds`` each queue (pkind) has had since event ``after_id``
         (None: none counted, only the position read): ``(last id, {(pkind, kind): n})``.
         Read along the primary key, for a sampler that calls it again with the last id."""
@@ -168,7 +174,7 @@ class Recorder:
 
         return op
 
-    def prune_op(self, pkind: str, before_ms: int, batch: int, in_list_max: int):
+    def prune_op(self, pkind: str, before_ms: int, batch: int, in_list_max: int) -> Op[int]:
         """Delete up to ``batch`` of this queue's events older than ``before_ms``; returns how
         many went. Callers repeat it, each time in a transaction of its own, until fewer than
         ``batch`` go: old history never leaves in one huge delete."""

@@ -30,13 +30,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from .messages import Envelope
 from .tasks_base import task_label
 from .tracing import ACK, CLAIM, OFFER, Tracer
+
+if TYPE_CHECKING:
+    from .queue_base import QueueBase
 
 __all__ = ["OpenTelemetryTracer"]
 
@@ -72,7 +77,7 @@ class OpenTelemetryTracer(Tracer):
         return carrier.get("traceparent")
 
     @contextmanager
-    def process(self, envelope: Envelope) -> Iterator[None]:
+    def process(self, envelope: Envelope[QueueBase]) -> Iterator[None]:
         queue = envelope.queue.name
         attributes = _attributes(queue, "handle", "process")
         attributes["messaging.message.id"] = envelope.key
@@ -93,7 +98,7 @@ class OpenTelemetryTracer(Tracer):
             yield
 
 
-def _attributes(queue: str, name: str, operation_type: str) -> dict:
+def _attributes(queue: str, name: str, operation_type: str) -> dict[str, AttributeValue]:
     return {"messaging.system": SYSTEM, "messaging.destination.name": queue,
             "messaging.operation.name": name, "messaging.operation.type": operation_type}
 

@@ -30,8 +30,9 @@ import hmac
 import ipaddress
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -42,6 +43,11 @@ from .inspection_base import QueueSummary
 from .listeners import QueueListener, WorkerListener
 from .messages import Envelope, OfferOutcome
 from .tasks_base import task_label
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from .queue_base import QueueBase
 
 __all__ = ["PrometheusListener", "QueueDepthCollector", "serve"]
 
@@ -74,26 +80,27 @@ class PrometheusListener(WorkerListener, QueueListener):
         for outcome in outcomes:
             self.offers.labels(queue, outcome.value).inc()
 
-    def picked(self, envelopes: Sequence[Envelope]) -> None:
+    def picked(self, envelopes: Sequence[Envelope[QueueBase]]) -> None:
         for env in envelopes:
             self.claims.labels(*_labels(env)).inc()
 
-    def started(self, envelope: Envelope) -> None:
+    def started(self, envelope: Envelope[QueueBase]) -> None:
         labels = _labels(envelope)
         with self._lock:
             self._began[id(envelope)] = (time.perf_counter(), labels)
         self.running.labels(*labels).inc()
 
-    def succeeded(self, envelope: Envelope, elapsed: timedelta) -> None:
+    def succeeded(self, envelope: Envelope[QueueBase], elapsed: timedelta) -> None:
         self.acks.labels(*self._finished(envelope, "acked")).inc()
 
-    def failed(self, envelope: Envelope, error: BaseException, retry_in: timedelta) -> None:
+    def failed(self, envelope: Envelope[QueueBase], error: BaseException,
+               retry_in: timedelta) -> None:
         self.failures.labels(*self._finished(envelope, "failed")).inc()
 
-    def dead_lettered(self, envelope: Envelope, error: BaseException) -> None:
+    def dead_lettered(self, envelope: Envelope[QueueBase], error: BaseException) -> None:
         self.burials.labels(*self._finished(envelope, "dead_lettered")).inc()
 
-    def _finished(self, envelope: Envelope, outcome: str) -> tuple[str, str]:
+    def _finished(self, envelope: Envelope[QueueBase], outcome: str) -> tuple[str, str]:
         """The labels of a handler's end (those it started with), its time observed."""
         with self._lock:
             began = self._began.pop(id(envelope), None)
@@ -105,7 +112,7 @@ class PrometheusListener(WorkerListener, QueueListener):
         return labels
 
 
-def _labels(envelope: Envelope) -> tuple[str, str]:
+def _labels(envelope: Envelope[QueueBase]) -> tuple[str, str]:
     return envelope.queue.name, task_label(envelope)
 
 
@@ -135,7 +142,7 @@ class QueueDepthCollector:
                 self._at = time.monotonic()
             return self._last
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         found = self.summaries()
         for name, text in self.GAUGES:
             family = GaugeMetricFamily(f"sqldelay_queue_{name}", text,
@@ -161,10 +168,10 @@ def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1",
         raise InvalidArgumentError(
             f"metrics on {host} would be open to the network: give a token (scrapers send it "
             "as a bearer token), or serve on 127.0.0.1")
-    metrics = make_wsgi_app(registry)
+    metrics: WSGIApplication = make_wsgi_app(registry)  # typed as a bare Callable there
     expected = f"Bearer {token}".encode()
 
-    def app(environ, start_response):
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         given = environ.get("HTTP_AUTHORIZATION", "").encode()
         if token is not None and not hmac.compare_digest(given, expected):
             start_response("401 Unauthorized", [("WWW-Authenticate", "Bearer"),
@@ -178,7 +185,8 @@ def serve(registry: CollectorRegistry, port: int, host: str = "127.0.0.1",
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args) -> None:  # scrapes are not worth a log line each
+    # scrapes are not worth a log line each
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

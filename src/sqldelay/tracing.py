@@ -11,8 +11,12 @@ claimed message carries it back (``Envelope.trace_context``), for ``process`` to
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 
 from .messages import Envelope
+
+if TYPE_CHECKING:
+    from .queue_base import QueueBase
 
 OFFER, CLAIM, ACK = "offer", "claim", "ack"
 
@@ -30,7 +34,7 @@ class Tracer:
         """The current trace context, as text to store with offered messages (None: none)."""
         return None
 
-    def process(self, envelope: Envelope) -> AbstractContextManager[None]:
+    def process(self, envelope: Envelope[QueueBase]) -> AbstractContextManager[None]:
         """Around a worker's handler of ``envelope`` (``tasks_base.task_label`` names its task,
         for a task message)."""
         return nullcontext()
