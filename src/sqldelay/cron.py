@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from .concurrency import Event, Lock, spawn, wait_event
+from .concurrency import Call, Event, Lock, spawn, wait_event
 from .cron_base import (
     CronMessage,
     CronServiceBase,
@@ -39,7 +39,7 @@ class CronHandle:
     Closing stops only this process's installing; the stored ticks stay (see ``uninstall``).
     """
 
-    def __init__(self, prefix: str, config_hash: str, install_once: Callable[[], Any],
+    def __init__(self, prefix: str, config_hash: str, install_once: Call[float],
                  refresh: float, first_wait: float) -> None:
         self.prefix = prefix
         self.config_hash = config_hash
@@ -66,7 +66,7 @@ class CronHandle:
     def __enter__(self) -> CronHandle:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _loop(self) -> None:
@@ -87,8 +87,10 @@ class CronService(CronServiceBase):
     """Recurring messages of one queue. ``refresh``: how often each installer re-installs."""
 
     queue: DelayedQueue
+    _handles: dict[str, CronHandle]
 
-    def __init__(self, queue, *, refresh: timedelta = timedelta(minutes=1)) -> None:
+    def __init__(self, queue: DelayedQueue, *,
+                 refresh: timedelta = timedelta(minutes=1)) -> None:
         super().__init__(queue, refresh=refresh)
         self._lock = Lock()
 

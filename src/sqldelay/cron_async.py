@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from .concurrency_async import Event, Lock, spawn, wait_event
+from .concurrency_async import Call, Event, Lock, spawn, wait_event
 from .cron_base import (
     CronMessage,
     CronServiceBase,
@@ -37,7 +37,7 @@ class AsyncCronHandle:
     Closing stops only this process's installing; the stored ticks stay (see ``uninstall``).
     """
 
-    def __init__(self, prefix: str, config_hash: str, install_once: Callable[[], Any],
+    def __init__(self, prefix: str, config_hash: str, install_once: Call[float],
                  refresh: float, first_wait: float) -> None:
         self.prefix = prefix
         self.config_hash = config_hash
@@ -64,7 +64,7 @@ class AsyncCronHandle:
     async def __aenter__(self) -> AsyncCronHandle:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def _loop(self) -> None:
@@ -85,8 +85,10 @@ class AsyncCronService(CronServiceBase):
     """Recurring messages of one queue. ``refresh``: how often each installer re-installs."""
 
     queue: AsyncDelayedQueue
+    _handles: dict[str, AsyncCronHandle]
 
-    def __init__(self, queue, *, refresh: timedelta = timedelta(minutes=1)) -> None:
+    def __init__(self, queue: AsyncDelayedQueue, *,
+                 refresh: timedelta = timedelta(minutes=1)) -> None:
         super().__init__(queue, refresh=refresh)
         self._lock = Lock()
 

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
@@ -41,6 +41,9 @@ from .history import process_actor
 from .messages import Message, OfferOutcome
 from .schedules import CronSchedule, PeriodicSchedule, Schedule
 from .serializers import encode_payload
+
+if TYPE_CHECKING:  # the queue module imports this one
+    from .queue_base import QueueBase
 
 MAX_PREFIX = 100
 MAX_HASH = 64
@@ -55,7 +58,8 @@ def cron_actor() -> str:
 
 _KEY = re.compile(r"^([^/]+)/([^/]+)/(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)$")
 
-Op = Callable[[sa.Connection], Any]
+T = TypeVar("T")
+Op = Callable[[sa.Connection], T]  # an operation returning a T, run by either front end
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +102,19 @@ class Installation:
                 for at in self.schedule.ticks(now, self.ahead)]
 
 
+@dataclass(slots=True)
+class _Tally:
+    """What ``list_op`` counts of one configuration's stored ticks."""
+
+    next_ms: int | None = None  # the earliest tick not held by a consumer
+    pending: int = 0
+    in_flight: int = 0
+
+
 class CronServiceBase:
     """Recurring messages of one queue. ``refresh``: how often each installer re-installs."""
 
-    def __init__(self, queue, *, refresh: timedelta = timedelta(minutes=1)) -> None:
+    def __init__(self, queue: QueueBase, *, refresh: timedelta = timedelta(minutes=1)) -> None:
         from .queue_base import QueueBase
 
         if not isinstance(queue, QueueBase):
@@ -179,7 +192,7 @@ class CronServiceBase:
         return min(self._refresh_s, max((first - now).total_seconds(), MIN_WAIT))
 
     def install_tick_op(self, config_hash: str, prefix: str,
-                        messages: Sequence[CronMessage]) -> Op:
+                        messages: Sequence[CronMessage]) -> Op[list[OfferOutcome]]:
         """Store ``messages`` as configuration ``config_hash`` of ``prefix``, in one transaction.
 
         First deletes the not-yet-due messages of every other configuration under ``prefix``
@@ -208,13 +221,13 @@ class CronServiceBase:
 
         return op
 
-    def delete_op(self, key_prefix: str) -> Op:
+    def delete_op(self, key_prefix: str) -> Op[int]:
         """Delete the ticks under ``key_prefix`` but those a consumer holds; how many."""
         q = self.queue
         return q.delete_op(q.dao.key_prefix_deletable(q.pkind, key_prefix, q.now_ms()),
                            cron_actor(), "its schedule was uninstalled")
 
-    def list_op(self, prefix: str | None) -> Op:
+    def list_op(self, prefix: str | None) -> Op[list[InstalledSchedule]]:
         """The configurations stored in the queue (by any process), by prefix, with their
         next due times. Without ``prefix`` it reads every key of the queue; messages whose
         keys are not tick keys are not shown."""
@@ -225,21 +238,22 @@ class CronServiceBase:
         stmt = q.dao.select_key_prefix(q.pkind, "" if prefix is None else prefix + "/")
 
         def op(conn: sa.Connection) -> list[InstalledSchedule]:
-            found: dict[tuple[str, str], list] = {}
+            found: dict[tuple[str, str], _Tally] = {}
             for row in conn.execute(stmt):
                 match = _KEY.match(row.pkey)
                 if match is None or (prefix is not None and match.group(1) != prefix):
                     continue
                 held = row.lock_uuid is not None and row.scheduled_at > now
-                entry = found.setdefault((match.group(1), match.group(2)), [None, 0, 0])
+                entry = found.setdefault((match.group(1), match.group(2)), _Tally())
                 if held:
-                    entry[2] += 1
+                    entry.in_flight += 1
                 else:
-                    entry[1] += 1
-                    at = row.scheduled_at_initially
-                    entry[0] = at if entry[0] is None else min(entry[0], at)
-            return [InstalledSchedule(p, h, None if at is None else from_ms(at), pending, held)
-                    for (p, h), (at, pending, held) in sorted(found.items())]
+                    entry.pending += 1
+                    at: int = row.scheduled_at_initially
+                    entry.next_ms = at if entry.next_ms is None else min(entry.next_ms, at)
+            return [InstalledSchedule(p, h, None if e.next_ms is None else from_ms(e.next_ms),
+                                      e.pending, e.in_flight)
+                    for (p, h), e in sorted(found.items(), key=lambda item: item[0])]
 
         return op
 
