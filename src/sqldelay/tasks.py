@@ -206,6 +206,8 @@ class Task(TaskBase):
     """A function registered with ``Tasks.task``: call it to run it here, ``defer`` it
     to have a worker run it."""
 
+    queue: DelayedQueue
+
     def defer(self, **kwargs: Any) -> TaskHandle:
         """Defer a call with these keyword arguments. Options, taken out of them: ``at`` (a
         datetime) or ``delay`` (a timedelta) for when it is due (default: now); ``key``, the
@@ -271,10 +273,11 @@ class Tasks(TasksBase):
     (``Worker``) runs them with: ``Worker(tasks.queue, tasks)``.
     One queue carries many tasks; a task may name a queue of its own (serve it too)."""
 
+    queue: DelayedQueue
     queue_class = DelayedQueue
     task_class = Task
 
-    def __call__(self, envelope: Envelope,
+    def __call__(self, envelope: Envelope[DelayedQueue],
                  connection: Connection | None = None) -> Any:
         """Run the task of a claimed message (the worker calls this): its function, then,
         for a task that keeps results, the result row in the transaction of the ack (in

@@ -204,6 +204,8 @@ class AsyncTask(TaskBase):
     """A function registered with ``AsyncTasks.task``: call it to run it here, ``defer`` it
     to have a worker run it."""
 
+    queue: AsyncDelayedQueue
+
     async def defer(self, **kwargs: Any) -> AsyncTaskHandle:
         """Defer a call with these keyword arguments. Options, taken out of them: ``at`` (a
         datetime) or ``delay`` (a timedelta) for when it is due (default: now); ``key``, the
@@ -269,10 +271,11 @@ class AsyncTasks(TasksBase):
     (``AsyncWorker``) runs them with: ``AsyncWorker(tasks.queue, tasks)``.
     One queue carries many tasks; a task may name a queue of its own (serve it too)."""
 
+    queue: AsyncDelayedQueue
     queue_class = AsyncDelayedQueue
     task_class = AsyncTask
 
-    async def __call__(self, envelope: Envelope,
+    async def __call__(self, envelope: Envelope[AsyncDelayedQueue],
                        connection: AsyncConnection | None = None) -> Any:
         """Run the task of a claimed message (the worker calls this): its function, then,
         for a task that keeps results, the result row in the transaction of the ack (in

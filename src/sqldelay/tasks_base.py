@@ -28,10 +28,10 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .queue_base import QueueBase
 
 log = logging.getLogger("sqldelay.tasks")
+T = TypeVar("T")
 
 # what ``defer(**kwargs)`` takes as its own options rather than as the function's arguments
 DEFER_OPTIONS = ("at", "delay", "key", "replace", "priority", "group", "connection")
@@ -105,8 +106,8 @@ class TaskResult:
     key: str
     task: str | None
     status: TaskStatus
-    args: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     return_value: Any = None
     error: str | None = None
     attempts: int = 0
@@ -130,7 +131,10 @@ class TaskContext:
     task: str
     key: str
     attempt: int
-    envelope: Envelope
+    # either front end's: Envelope[DelayedQueue] under a Worker, Envelope[AsyncDelayedQueue]
+    # under an AsyncWorker. Any, not QueueBase: ack, release and extend are declared for one
+    # front end's queue or the other, and a task calls them on the envelope it was given
+    envelope: Envelope[Any]
     connection: Any = None
 
 
@@ -250,7 +254,7 @@ class TaskBase:
         return payload
 
     def convert(self, args: Sequence[Any], kwargs: Mapping[str, Any], *, encode: bool
-                ) -> tuple[list, dict]:
+                ) -> tuple[list[Any], dict[str, Any]]:
         """The arguments with those of dataclass or model parameters encoded to JSON (or,
         ``encode=False``, rebuilt from it); ArgumentShapeError names the argument that does
         not fit. Arguments already bound to the signature (check_arguments)."""
@@ -305,7 +309,7 @@ class TasksBase:
     name, and the handler a worker runs them with."""
 
     queue_class: type[QueueBase]  # the front end's queue class, set by each registry class
-    task_class: type = TaskBase
+    task_class: type[TaskBase] = TaskBase
 
     def __init__(self, queue: Any, *, retry: RetryPolicy | None = None,
                  results: bool | timedelta = False,
@@ -324,7 +328,8 @@ class TasksBase:
         self.retention = _retention(results)
         self.prune_every = prune_every
         self._tasks: dict[str, TaskBase] = {}
-        self._pruned: dict[tuple, float] = {}  # (engine, table, pkind) -> monotonic time
+        # (engine, table, pkind) -> monotonic time
+        self._pruned: dict[tuple[int, str, str], float] = {}
         _registries.add(self)
 
     def __repr__(self) -> str:
@@ -377,7 +382,7 @@ class TasksBase:
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TaskBase]:
         return iter(self._tasks.values())
 
     def __len__(self) -> int:
@@ -389,7 +394,8 @@ class TasksBase:
 
     # ---- running: the worker's handler ---------------------------------------------------
 
-    def decode(self, envelope: Envelope) -> tuple[TaskBase, list, dict]:
+    def decode(self, envelope: Envelope[QueueBase]
+               ) -> tuple[TaskBase, list[Any], dict[str, Any]]:
         """The task and arguments of a claimed message; UnknownTaskError or
         TaskArgumentsError when they cannot be run (the message is then buried at once)."""
         payload = envelope.payload
@@ -418,7 +424,7 @@ class TasksBase:
             ) from None
         return task, args, kwargs
 
-    def retry_policy_for(self, envelope: Envelope, error: BaseException | None
+    def retry_policy_for(self, envelope: Envelope[QueueBase], error: BaseException | None
                          ) -> RetryPolicy | None:
         """The worker's question after a failed attempt: the policy of this message's task
         (None: the worker's own). A message that cannot be run is buried at once."""
@@ -431,10 +437,11 @@ class TasksBase:
             return NO_RETRY
         return task.retry or self.retry
 
-    def context_for(self, task: TaskBase, envelope: Envelope, connection: Any) -> TaskContext:
+    def context_for(self, task: TaskBase, envelope: Envelope[QueueBase],
+                    connection: Any) -> TaskContext:
         return TaskContext(task.name, envelope.key, envelope.attempt, envelope, connection)
 
-    def result_op(self, task: TaskBase, envelope: Envelope, value: Any, started_ms: int
+    def result_op(self, task: TaskBase, envelope: Envelope[QueueBase], value: Any, started_ms: int
                   ) -> Callable[[sa.Connection], None]:
         """The write of a returned task's result row (replacing an older one of its key)."""
         queue = envelope.queue
@@ -464,7 +471,7 @@ class TasksBase:
         return op
 
     @staticmethod
-    def acked_with(envelope: Envelope, write: Callable[[sa.Connection], None]
+    def acked_with(envelope: Envelope[QueueBase], write: Callable[[sa.Connection], None]
                    ) -> Callable[[sa.Connection], bool]:
         """The ack of ``envelope`` and ``write``, in one transaction: written only where the
         ack deleted the message (its lock still held)."""
@@ -478,7 +485,7 @@ class TasksBase:
 
         return op
 
-    def prune_due(self, queue: Any) -> bool:
+    def prune_due(self, queue: QueueBase) -> bool:
         """Whether this process should prune ``queue``'s results now (once per
         ``prune_every``); marks it pruned."""
         mark = (id(queue.engine), queue.dao.table.name, queue.pkind)
@@ -489,7 +496,8 @@ class TasksBase:
         return True
 
 
-def prune_results_op(queue: Any, batch: int = PRUNE_BATCH) -> Callable[[sa.Connection], int]:
+def prune_results_op(queue: QueueBase,
+                     batch: int = PRUNE_BATCH) -> Callable[[sa.Connection], int]:
     """One batch of the deletion of ``queue``'s results past their retention: how many went."""
     table = results_table(queue.dao.table.metadata, queue.dao.table.name)
 
@@ -505,7 +513,7 @@ def prune_results_op(queue: Any, batch: int = PRUNE_BATCH) -> Callable[[sa.Conne
     return op
 
 
-def status_op(queue: Any, key: str, since_ms: int | None = None
+def status_op(queue: QueueBase, key: str, since_ms: int | None = None
               ) -> Callable[[sa.Connection], TaskResult | None]:
     """What is known of the task message ``key`` of ``queue``: its message first (waiting or
     held), then its result row, then its latest dead letter (one buried at ``since_ms`` or
@@ -559,7 +567,7 @@ def status_op(queue: Any, key: str, since_ms: int | None = None
     return op
 
 
-def task_label(envelope: Envelope) -> str:
+def task_label(envelope: Envelope[QueueBase]) -> str:
     """The task of a claimed message as metrics and traces label it: its task's name when a
     registry of this process has that task, UNREGISTERED when it names another, "" when it
     is no task message. Bounded by the names registered, whatever the payloads hold."""
@@ -572,11 +580,11 @@ def task_label(envelope: Envelope) -> str:
     return UNREGISTERED
 
 
-def chunked(items: Sequence, size: int) -> list[Sequence]:
+def chunked(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _call_of(serializer: Any, data: bytes) -> tuple[str | None, list, dict]:
+def _call_of(serializer: Any, data: bytes) -> tuple[str | None, list[Any], dict[str, Any]]:
     """The task name and arguments of a stored payload (None and nothing where unreadable)."""
     try:
         payload = serializer.decode(data)
