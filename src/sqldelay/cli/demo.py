@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, NoReturn
 
 from tqdm import tqdm
 
@@ -26,11 +27,14 @@ from ..migrate import create_schema
 from ..queue import DelayedQueue
 from .support import CliError, add_db_arguments, open_engine, shown
 
+if TYPE_CHECKING:
+    from .support import Subcommands
+
 DEMO_URL = "sqlite:///sqldelay-demo.db"
 DEMO_TABLE = "sqldelay_demo"
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("demo", help="produce and consume delayed messages (SQLite by default)",
                        description=__doc__)
     add_db_arguments(p, queue="demo", url=DEMO_URL, table=DEMO_TABLE)
@@ -130,7 +134,8 @@ def _run(queue: DelayedQueue, args: argparse.Namespace, database: str) -> int:
     return 0 if finished and not missing and not twice else 1
 
 
-def _stop(done: threading.Event, threads: list[threading.Thread], bar) -> None:
+def _stop(done: threading.Event, threads: list[threading.Thread],
+          bar: tqdm[NoReturn] | None) -> None:
     done.set()
     for t in threads:
         # Ctrl-C can land while the consumers are being started: a thread whose start had not
