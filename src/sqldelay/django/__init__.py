@@ -38,9 +38,10 @@ import logging
 import os
 import socket
 import threading
-from datetime import timedelta
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 from django.db import close_old_connections, connections, transaction
@@ -52,7 +53,7 @@ from ..messages import Envelope
 from ..queue import DelayedQueue
 from ..retry import RetryPolicy
 from ..tasks import Task, Tasks
-from ..tasks_base import NO_RETRY, TaskStatus, UnknownTaskError, status_op
+from ..tasks_base import NO_RETRY, TaskBase, TaskStatus, UnknownTaskError, status_op
 from .framework import (
     BaseTaskBackend,
     InvalidTask,
@@ -66,6 +67,12 @@ from .framework import (
     task_finished,
     task_started,
 )
+
+if TYPE_CHECKING:
+    from ..queue_base import QueueBase
+    from ..tasks_base import TaskContext as SqlDelayTaskContext
+    from ..tasks_base import TaskResult as SqlDelayTaskResult
+    from ..worker import Worker
 
 log = logging.getLogger("sqldelay.django")
 
@@ -86,7 +93,7 @@ _STATUS = {TaskStatus.QUEUED: TaskResultStatus.READY,
            TaskStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
            TaskStatus.FAILED: TaskResultStatus.FAILED}
 
-_engines: dict[tuple, sa.Engine] = {}
+_engines: dict[tuple[str, str], sa.Engine] = {}  # (alias, URL) -> engine
 _engines_lock = threading.Lock()
 
 
@@ -103,7 +110,7 @@ def engine_for(alias: str) -> sa.Engine:
         return engine
 
 
-def database_url(settings: dict) -> sa.URL:
+def database_url(settings: Mapping[str, Any]) -> sa.URL:
     """The SQLAlchemy URL of a Django database's settings."""
     engine = settings.get("ENGINE", "")
     drivername = _DIALECTS.get(engine)
@@ -125,13 +132,36 @@ def database_url(settings: dict) -> sa.URL:
                          port=int(port) if port else None, database=name, query=query)
 
 
-def _engine_options(settings: dict) -> dict:
+def _engine_options(settings: Mapping[str, Any]) -> dict[str, Any]:
     if settings.get("ENGINE") == "django.db.backends.sqlite3":
         return {}
     return {"pool_pre_ping": True}
 
 
-class SqlDelayBackend(BaseTaskBackend):
+class _DjangoTask(Protocol):
+    """What the backend uses of a Django task (``django.tasks.Task``, or the backport's),
+    typed here: Django's classes carry no types of their own."""
+
+    @property
+    def module_path(self) -> str: ...
+    @property
+    def queue_name(self) -> str: ...
+    @property
+    def run_after(self) -> datetime | None: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def takes_context(self) -> bool: ...
+    @property
+    def func(self) -> Callable[..., Any]: ...
+
+    def using(self, **changes: Any) -> _DjangoTask: ...
+
+    def call(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+# Django ships no types (and is absent where mypy runs): its base class is Any to mypy
+class SqlDelayBackend(BaseTaskBackend):  # type: ignore[misc]
     """Django's tasks on sqldelay queues: see the module's docstring for the settings."""
 
     supports_defer = True
@@ -139,7 +169,7 @@ class SqlDelayBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True
 
-    def __init__(self, alias: str, params: dict) -> None:
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         options = self.options
         self.database = options.get("DATABASE", "default")
@@ -154,7 +184,7 @@ class SqlDelayBackend(BaseTaskBackend):
                                        f"got {retry!r}")
         self.retry = retry
         self.on_commit = bool(options.get("ENQUEUE_ON_COMMIT", True))
-        self._registries: dict[tuple, DjangoTasks] = {}
+        self._registries: dict[tuple[int, str], DjangoTasks] = {}  # (engine, queue)
         self._lock = threading.Lock()
 
     # ---- sqldelay's side ---------------------------------------------------------------
@@ -184,7 +214,8 @@ class SqlDelayBackend(BaseTaskBackend):
 
     # ---- Django's side -----------------------------------------------------------------
 
-    def enqueue(self, task, args, kwargs) -> TaskResult:
+    def enqueue(self, task: _DjangoTask, args: Sequence[Any],
+                kwargs: Mapping[str, Any]) -> TaskResult:
         self.validate_task(task)
         registry = self.registry(task.queue_name)
         sqldelay_task = registry.task_for(task)
@@ -227,7 +258,7 @@ class SqlDelayBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         return self.task_result(found, queue_name)
 
-    def task_result(self, found, queue_name: str) -> TaskResult:
+    def task_result(self, found: SqlDelayTaskResult, queue_name: str) -> TaskResult:
         """Django's TaskResult of what sqldelay knows of a task (``tasks_base.TaskResult``)."""
         try:
             task = import_string(found.task).using(queue_name=queue_name, backend=self.alias)
@@ -249,7 +280,7 @@ class SqlDelayBackend(BaseTaskBackend):
             object.__setattr__(result, "_return_value", found.return_value)
         return result
 
-    def check(self, **kwargs) -> list:
+    def check(self, **kwargs: Any) -> list[Any]:  # Django's check messages
         from django.core import checks
 
         problems = []
@@ -266,7 +297,7 @@ class SqlDelayBackend(BaseTaskBackend):
 
     # ---- the worker ----------------------------------------------------------------------
 
-    def worker(self, queue_names: list[str] | None = None, **settings) -> Any:
+    def worker(self, queue_names: list[str] | None = None, **settings: Any) -> Worker:
         """A sqldelay Worker over the given queues (default: the backend's QUEUES), running
         their tasks under Django's connection handling. ``settings`` go to ``Worker``."""
         from ..worker import Worker
@@ -292,7 +323,7 @@ class DjangoTasks(Tasks):
         self.backend = backend
         self._import_lock = threading.Lock()
 
-    def task_for(self, django_task) -> Task:
+    def task_for(self, django_task: _DjangoTask) -> Task:
         """The sqldelay task that runs Django task ``django_task`` (registered on first use)."""
         name = django_task.module_path
         found = self._tasks.get(name)
@@ -306,7 +337,8 @@ class DjangoTasks(Tasks):
         assert isinstance(found, Task)  # the registry makes its tasks so
         return found
 
-    def decode(self, envelope: Envelope):
+    def decode(self, envelope: Envelope[QueueBase]
+               ) -> tuple[TaskBase, list[Any], dict[str, Any]]:
         payload = envelope.payload
         name = payload.get("task") if isinstance(payload, dict) else None
         if isinstance(name, str) and name not in self._tasks:
@@ -343,25 +375,28 @@ class WorkerHandler:
     def __init__(self, registries: list[DjangoTasks]) -> None:
         self.registries = {r.queue.pkind: r for r in registries}
 
-    def _registry(self, envelope: Envelope) -> DjangoTasks:
+    def _registry(self, envelope: Envelope[QueueBase]) -> DjangoTasks:
         return self.registries[envelope.queue.pkind]
 
-    def __call__(self, envelope: Envelope, connection: Any = None) -> Any:
+    def __call__(self, envelope: Envelope[DelayedQueue],
+                 connection: sa.Connection | None = None) -> Any:
         close_old_connections()
         try:
             return self._registry(envelope)(envelope, connection)
         finally:
             close_old_connections()
 
-    def retry_policy_for(self, envelope: Envelope, error: BaseException | None):
+    def retry_policy_for(self, envelope: Envelope[QueueBase],
+                         error: BaseException | None) -> RetryPolicy | None:
         return self._registry(envelope).retry_policy_for(envelope, error)
 
 
-def _run(backend: SqlDelayBackend, name: str, context, *args, **kwargs) -> Any:
+def _run(backend: SqlDelayBackend, name: str, context: SqlDelayTaskContext, *args: Any,
+         **kwargs: Any) -> Any:
     """Run Django task ``name`` for a worker: its TaskResult RUNNING, task_started, the
     function (with Django's TaskContext when it takes one), task_finished on success or on
     the last failed attempt."""
-    django_task = import_string(name)
+    django_task: _DjangoTask = import_string(name)
     envelope = context.envelope
     queue_name = envelope.queue.name
     started = timezone.now()
@@ -398,7 +433,7 @@ def _run(backend: SqlDelayBackend, name: str, context, *args, **kwargs) -> Any:
     return value
 
 
-def _signature(django_task: Any) -> inspect.Signature:
+def _signature(django_task: _DjangoTask) -> inspect.Signature:
     """The signature Django's task is called with (its context apart)."""
     signature = inspect.signature(django_task.func)
     params = list(signature.parameters.values())
@@ -407,7 +442,7 @@ def _signature(django_task: Any) -> inspect.Signature:
     return signature.replace(parameters=params)
 
 
-def _check_json(task: Task, args: list, kwargs: dict) -> None:
+def _check_json(task: Task, args: list[Any], kwargs: dict[str, Any]) -> None:
     try:
         task.queue.serializer.encode({"args": args, "kwargs": kwargs})
     except Exception as exc:

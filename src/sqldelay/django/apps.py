@@ -4,11 +4,14 @@ every ``SqlDelayBackend`` on the database it migrates, test databases included, 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-class SqlDelayConfig(AppConfig):
+# Django ships no types (and is absent where mypy runs): its base class is Any to mypy
+class SqlDelayConfig(AppConfig):  # type: ignore[misc]
     name = "sqldelay.django"
     label = "sqldelay"
     verbose_name = "sqldelay tasks"
@@ -17,7 +20,7 @@ class SqlDelayConfig(AppConfig):
         post_migrate.connect(create_tables, dispatch_uid="sqldelay.django.create_tables")
 
 
-def create_tables(sender, using: str = "default", **kwargs) -> None:
+def create_tables(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
     """After ``migrate`` of database ``using``: the tables of the sqldelay backends on it.
     Once per migrate run (Django sends post_migrate once per app)."""
     from . import SqlDelayBackend

@@ -3,7 +3,9 @@ or SIGINT finish the running tasks first), or until none is due with ``--drain``
 
 from __future__ import annotations
 
+import argparse
 from datetime import timedelta
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -12,10 +14,11 @@ from sqldelay.django.framework import task_backends
 from sqldelay.errors import InvalidArgumentError
 
 
-class Command(BaseCommand):
+# Django ships no types (and is absent where mypy runs): its base class is Any to mypy
+class Command(BaseCommand):  # type: ignore[misc]
     help = "Run the tasks of a sqldelay task backend (TASKS) until stopped."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--backend", default="default",
                             help="the TASKS alias of a SqlDelayBackend (default: default)")
         parser.add_argument("--queue", action="append", dest="queues", metavar="NAME",
@@ -30,7 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--drain", action="store_true",
                             help="exit once nothing is due instead of waiting for more")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         try:
             backend = task_backends[options["backend"]]
         except Exception as exc:
