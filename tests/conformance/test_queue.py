@@ -181,6 +181,20 @@ def test_poll_many_acks_what_it_is_given_before_it_claims(make_queue, clock):
     assert queue.stats().in_flight == queue.stats().due == 0
 
 
+def test_poll_many_acks_a_message_handed_out_twice_under_both_its_locks(queue):
+    # A consumer that handled a message and then, before acking it, the message that
+    # replaced it (an offer of its key: the same row, claimed again under a new lock), acks
+    # both at once. Only the second's lock holds, whichever comes first: it is deleted.
+    queue.offer("k", 1)
+    first = queue.poll()
+    assert queue.offer("k", 2) is OfferOutcome.UPDATED
+    second = queue.poll()
+    assert (first.row_id, second.payload) == (second.row_id, 2)
+    assert queue.poll_many(10, ack=[first, second]) == []
+    assert not queue.contains("k")
+    assert queue.stats().in_flight == 0
+
+
 def test_release_now_and_later(queue, clock):
     queue.offer("k", 1)
     env = queue.poll()

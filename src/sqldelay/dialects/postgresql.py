@@ -329,16 +329,24 @@ class PostgresQueueDao(QueueDao):
         element by element: each id with the lock it was claimed under), as a CTE. The ids
         are listed as an ack's are, for the planner to reach them through the primary key
         (a join with the unnested pairs was a hash join over a scan of the table), and each
-        row's lock is looked up by its id's place; each array is read once, by a subquery
-        (cast in a condition itself, it is cast again for every row)."""
+        row's lock is looked up among those of its id's places; each array is read once, by
+        a subquery (cast in a condition itself, it is cast again for every row).
+
+        An id can come twice, with two locks: a consumer acking a message and, with it,
+        the one that replaced it (an offer of its key updates the row, which is then
+        claimed again). Looked up by the id's first place only, the stale lock was read and
+        the live one's ack deleted nothing: the message stayed in flight, handled, until
+        its lock expired (a handful of a run of four producers of overlapping batches)."""
         t = self.table
         ids = sa.cast(sa.select(self._ack_ids()).scalar_subquery(), pg.ARRAY(sa.BigInteger))
         kind = pg.ARRAY(t.c.lock_uuid.type)
         locks = sa.type_coerce(sa.Grouping(sa.cast(
             sa.select(sa.cast(sa.bindparam("ack_locks", type_=_TextList()), kind))
             .scalar_subquery(), kind)), kind)  # in parentheses: an element of it is read
-        return (sa.delete(t).where(t.c.id == sa.any_(ids), t.c.lock_uuid.is_not_distinct_from(
-                    locks[sa.func.array_position(ids, t.c.id)]))
+        place = sa.func.unnest(sa.func.array_positions(ids, t.c.id)).column_valued("p")
+        held = sa.func.array(sa.select(locks[place]).scalar_subquery())
+        return (sa.delete(t).where(t.c.id == sa.any_(ids),
+                                   sa.func.array_position(held, t.c.lock_uuid).is_not(None))
                 .returning(t.c.id).cte("acked"))
 
     def claim_acking(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
