@@ -19,6 +19,7 @@ from sqldelay import DelayedQueue, Message, OfferOutcome, create_schema, drop_sc
 from sqldelay.dialects import ErrorKind, OfferRow
 
 from ..conftest import unique_name
+from ..helpers import wait_for
 
 
 @pytest.fixture
@@ -376,10 +377,6 @@ def test_an_ack_of_two_claim_batches_and_an_offer_of_their_keys_do_not_deadlock(
     name = engine.dialect.name
     if name == "sqlite":
         pytest.skip("one writer at a time: two transactions cannot interleave")
-    if name == "postgresql":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=sa.exc.OperationalError,
-            reason="PostgreSQL's offers lock rows in key order, its acks in id order"))
     one_queue.offer_many([Message("a", 0), Message("b", 0, priority=1)])
     first, second = one_queue.poll(), one_queue.poll()
     assert (first.key, second.key) == ("b", "a") and first.lock != second.lock
@@ -435,3 +432,58 @@ def test_an_ack_of_two_claim_batches_and_an_offer_of_their_keys_do_not_deadlock(
     # the ack deleted both messages; the offer, after it, wrote them anew
     assert acked == [2] and outcomes == [[OfferOutcome.CREATED] * 2]
     assert one_queue.contains("a") and one_queue.contains("b")
+
+
+def test_an_ack_takes_its_rows_in_the_order_offers_take_them(one_queue, engine):
+    # One claim batch of b (offered first: the lower id) and a. A producer, in a
+    # transaction of its own, replaces a, then b: the key order, in which an offer of both
+    # takes them. Between the two, a consumer acks the batch. Deleting in its plan's order
+    # (here by id: b, then a), the ack held b and waited for a, which the producer held,
+    # and the producer's offer of b then waited for the ack: a deadlock. Taking its rows in
+    # key order, the ack waits for a holding nothing, and goes on after the producer's
+    # commit, finding both messages replaced (its lock no longer holds: nothing deleted).
+    name = engine.dialect.name
+    if name == "sqlite":
+        pytest.skip("one writer at a time: two transactions cannot interleave")
+    if name != "postgresql":
+        pytest.skip("MariaDB's lock order is the ids' (offers lock the rows they update by "
+                    "id), which a producer writing a, then b does not follow here")
+    one_queue.offer("b", 0)
+    one_queue.offer("a", 0)
+    batch = one_queue.poll_many(2)
+    assert sorted(e.key for e in batch) == ["a", "b"] and len({e.lock for e in batch}) == 1
+    assert batch[0].key == "b" and batch[0].row_id < batch[1].row_id
+    errors: list[BaseException] = []
+    acked: list[int] = []
+    sessions: list[int] = []
+
+    def consumer() -> None:
+        with engine.connect() as conn:
+            try:
+                sessions.append(_session(conn))
+                acked.append(one_queue.ack_many(batch, connection=conn))
+                conn.commit()
+            except BaseException as exc:
+                errors.append(exc)
+
+    with engine.connect() as conn:
+        assert one_queue.offer_many([Message("a", 1)], connection=conn) == [
+            OfferOutcome.UPDATED]
+        acking = threading.Thread(target=consumer)
+        acking.start()
+        wait_for(lambda: errors or sessions and _waits_for_a_lock(engine, sessions[0]), 30,
+                 "the ack to wait for a")
+        assert one_queue.offer_many([Message("b", 1)], connection=conn) == [
+            OfferOutcome.UPDATED]
+        conn.commit()
+        acking.join(60)
+    if errors:
+        raise errors[0]
+    assert acked == [0]
+    assert sorted((e.key, e.payload) for e in one_queue.poll_many(2)) == [("a", 1), ("b", 1)]
+
+
+def _session(conn: sa.Connection) -> int:
+    """The database session id of ``conn``."""
+    return conn.exec_driver_sql("SELECT pg_backend_pid()" if conn.dialect.name == "postgresql"
+                                else "SELECT CONNECTION_ID()").scalar_one()

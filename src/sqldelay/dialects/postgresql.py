@@ -239,9 +239,9 @@ class PostgresQueueDao(QueueDao):
         ``claim_plain`` raises Raced, and the claim runs again with "bucket").
 
         ``acking``: the statement also deletes the messages acked (``claim_acking``), in a
-        CTE of its own that nothing reads (PostgreSQL runs it to completion all the same),
-        and marks none of them claimed: in one statement the delete and the claim see the
-        same snapshot, and a message whose lock expired could be both deleted and claimed."""
+        CTE the pick waits for, and marks none of them claimed: in one statement the delete
+        and the claim see the same snapshot, and a message whose lock expired could be both
+        deleted and claimed."""
         if (where, by, acking) not in self._claims:
             t, s = self.table, self.settings
             kind: sa.BindParameter[str] = sa.bindparam("b_kind")
@@ -263,11 +263,20 @@ class PostgresQueueDao(QueueDao):
             listed = sa.cast(sa.select(self._ack_ids()).scalar_subquery(),
                              pg.ARRAY(sa.BigInteger))
             spared = [] if acked is None else [t.c.id != sa.all_(listed)]
+            # the acks first: the pick's gate counts what they deleted, so the DELETE runs to
+            # its end (its rows locked in key order, ``_taken``) before anything is picked.
+            # Left to the end of the statement, as PostgreSQL runs a CTE nothing reads, the
+            # ack waited for a row an offer held while holding the rows just claimed, which
+            # the offer could be waiting for: a deadlock no lock order prevents (four
+            # producers of shuffled batches and two workers: 10 to 20 in 10 s)
+            acks_first = [] if acked is None else [
+                sa.select(sa.func.count()).select_from(acked).scalar_subquery() >= _ZERO]
             picked = (
                 self.due_in_claim_order(
                     sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by,
                               t.c.priority).where(*self.due_conditions(each)),
-                    limit, gate=[*self.due_conditions(gate), *funded], skip_locked=True)
+                    limit, gate=[*acks_first, *self.due_conditions(gate), *funded],
+                    skip_locked=True)
                 .cte("picked")
                 .prefix_with("MATERIALIZED")
             )
@@ -345,9 +354,50 @@ class PostgresQueueDao(QueueDao):
             .scalar_subquery(), kind)), kind)  # in parentheses: an element of it is read
         place = sa.func.unnest(sa.func.array_positions(ids, t.c.id)).column_valued("p")
         held = sa.func.array(sa.select(locks[place]).scalar_subquery())
-        return (sa.delete(t).where(t.c.id == sa.any_(ids),
-                                   sa.func.array_position(held, t.c.lock_uuid).is_not(None))
-                .returning(t.c.id).cte("acked"))
+        taken = self._taken(t.c.id == sa.any_(ids),
+                            sa.func.array_position(held, t.c.lock_uuid).is_not(None))
+        return sa.delete(t).where(t.c.id == taken.c.id).returning(t.c.id).cte("acked")
+
+    # ---- acks, in the offers' lock order ------------------------------------------------
+    #
+    # An offer's upsert takes the existing rows of its keys in the chunk's order, sorted by
+    # key (``lock_order``). A DELETE takes its rows in the order its plan reaches them: by id
+    # through the primary key, in the heap's order through a bitmap or a scan of a small
+    # table. An ack holding one row that an offer wanted, while waiting for another the
+    # offer held, deadlocked: four producers of shuffled batches of 50 of 200 keys and two
+    # workers, 8 to 20 deadlocks retried in 10 s and 3 to 7 reaching the producers that
+    # pass ``connection=``, each costing a second (deadlock_timeout). So an ack of several
+    # rows locks them first, in key order, and deletes what it locked: the one lock order
+    # of offers and acks (claims skip locked rows).
+
+    def _taken(self, *where: sa.ColumnElement[bool]) -> sa.CTE:
+        """The ids of the rows meeting ``where``, locked in key order (the code points'
+        order of ``lock_order``, which COLLATE "C" gives in a UTF-8 database): a locking
+        read sorts its rows before it locks them. Materialized, so the DELETE that reads
+        it deletes only rows already locked in that order."""
+        t = self.table
+        return (sa.select(t.c.id).where(*where)
+                .order_by(sa.collate(t.c.pkey, "C")).with_for_update()
+                .cte("taken").prefix_with("MATERIALIZED"))
+
+    def acks_of(self, count: int) -> sa.Delete:
+        return self._ack_many if count == 1 else self._acks_in_key_order
+
+    @functools.cached_property
+    def _acks_in_key_order(self) -> sa.Delete:
+        t = self.table
+        taken = self._taken(self.held_by(sa.bindparam("lock")), self.ids_listed())
+        return sa.delete(t).where(t.c.id == taken.c.id)
+
+    def lock_acked(self, conn: sa.Connection, ids: Sequence[int]) -> None:
+        # an ack of several claim batches, a DELETE each: all their rows in key order first
+        conn.execute(self._acked_in_key_order, {"ids": ids})
+
+    @functools.cached_property
+    def _acked_in_key_order(self) -> sa.Select:
+        t = self.table
+        return (sa.select(t.c.id).where(self.ids_listed())
+                .order_by(sa.collate(t.c.pkey, "C")).with_for_update())
 
     def claim_acking(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, where: Sequence[str], actor: str | None,
@@ -378,7 +428,8 @@ class PostgresQueueDao(QueueDao):
         # transaction (BEGIN, two statements, COMMIT)
         if (events.name, kind) not in self._recorded_acks:
             t = self.table
-            gone = (sa.delete(t).where(self.held_by(sa.bindparam("lock")), self.ids_listed())
+            taken = self._taken(self.held_by(sa.bindparam("lock")), self.ids_listed())
+            gone = (sa.delete(t).where(t.c.id == taken.c.id)
                     .returning(t.c.pkey, t.c.claimed_by, t.c.deliveries).cte("gone"))
             written = sa.insert(events).from_select(
                 ["pkind", "pkey", "at", "kind", "actor", "attempt"],
