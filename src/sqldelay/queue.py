@@ -10,11 +10,11 @@ raise the same errors: bad input fails while an operation is built, before any I
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -27,12 +27,14 @@ from .history import History, HistoryEvent
 from .listeners import QueueListener
 from .messages import Envelope, FlowControl, Message, OfferOutcome, QueuedMessage, QueueStats
 from .outages import seconds_of
-from .queue_base import Call, OfferPlan, QueueBase, Undecodable
+from .queue_base import Call, OfferPlan, Op, QueueBase, Undecodable
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 from .tracing import ACK, CLAIM, OFFER, Tracer
 
 log = logging.getLogger("sqldelay")
+
+T = TypeVar("T")
 
 
 class DelayedQueue(QueueBase):
@@ -147,14 +149,15 @@ class DelayedQueue(QueueBase):
     # ---- consuming -----------------------------------------------------------------------
 
     def poll(self, *, by: str | None = None,
-             connection: Connection | None = None) -> Envelope | None:
+             connection: Connection | None = None) -> Envelope[DelayedQueue] | None:
         """Claim the first due message for ``acquire_timeout``, or None when none is due."""
         got = self.poll_many(1, by=by, connection=connection)
         return got[0] if got else None
 
     def poll_many(self, limit: int, *, by: str | None = None,
                   connection: Connection | None = None,
-                  ack: Sequence[Envelope] = ()) -> list[Envelope]:
+                  ack: Sequence[Envelope[DelayedQueue]] = ()
+                  ) -> list[Envelope[DelayedQueue]]:
         """Claim up to ``limit`` due messages under one lock id: higher priority first, then
         earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
         the consumer (stored as ``claimed_by``; with history its default is this thread or
@@ -166,18 +169,21 @@ class DelayedQueue(QueueBase):
             self.ack_many(ack, connection=connection)
         op, undecodable = self.claim_op(limit, by, own_transaction=connection is None,
                                         acks=acks or ())
-        run = partial(self.executor.run, op, write=True, connection=connection,
-                      read_committed=not self.backlog)
+        read_committed = not self.backlog
         with ExitStack() as spans:
             if acks:  # the ack sent in the claim's statement: its span holds the claim's
                 spans.enter_context(self.tracer.span(ACK, self.name, len(ack)))
             spans.enter_context(self.tracer.span(CLAIM, self.name, limit))
-            envelopes = self._claim(run)
+            envelopes = self._claim(op, connection, read_committed)
         if undecodable:
             self._bury_undecodable(undecodable, connection)
         return envelopes
 
-    def _claim(self, run: Callable[..., Any]) -> list[Envelope]:
+    def _claim(self, op: Op[list[Envelope[DelayedQueue]]],
+               connection: Connection | None,
+               read_committed: bool) -> list[Envelope[DelayedQueue]]:
+        run = partial(self.executor.run, op, write=True, connection=connection,
+                      read_committed=read_committed)
         try:
             return run(one_statement=self.claim_alone)
         except NeedsTransaction:  # a queue under flow control: claimed in a transaction
@@ -202,7 +208,7 @@ class DelayedQueue(QueueBase):
             log.warning("could not move undecodable messages of queue %s to the dead letters "
                         "(they come back when their locks expire): %s", self.name, exc)
 
-    def ack(self, envelope: Envelope, *,
+    def ack(self, envelope: Envelope[DelayedQueue], *,
             connection: Connection | None = None) -> bool:
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
         call = self.ack_call(envelope)
@@ -211,7 +217,7 @@ class DelayedQueue(QueueBase):
         envelope.settled = acked or envelope.settled
         return acked
 
-    def ack_many(self, envelopes: Sequence[Envelope], *,
+    def ack_many(self, envelopes: Sequence[Envelope[DelayedQueue]], *,
                  connection: Connection | None = None) -> int:
         """Delete claimed messages, one statement per claim batch; returns how many were."""
         call = self.ack_many_call(envelopes)
@@ -220,8 +226,8 @@ class DelayedQueue(QueueBase):
         with self.tracer.span(ACK, self.name, len(envelopes)):
             return self._run(call, connection)
 
-    def release(self, envelope: Envelope, *, delay: timedelta | None = None,
-                error: str | None = None,
+    def release(self, envelope: Envelope[DelayedQueue], *,
+                delay: timedelta | None = None, error: str | None = None,
                 connection: Connection | None = None) -> bool:
         """Give a claimed message back: due now, or after ``delay``. False if the lock is stale.
         ``error`` says why, when its handling failed (the history records a failure)."""
@@ -229,20 +235,22 @@ class DelayedQueue(QueueBase):
         envelope.settled = released or envelope.settled
         return released
 
-    def extend(self, envelope: Envelope, by: timedelta | None = None, *,
+    def extend(self, envelope: Envelope[DelayedQueue], by: timedelta | None = None, *,
                connection: Connection | None = None) -> bool:
         """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
         return self._run(self.extend_call(envelope, by), connection)
 
-    def extend_many(self, envelopes: Sequence[Envelope], by: timedelta | None = None, *,
-                    connection: Connection | None = None) -> list[Envelope]:
+    def extend_many(self, envelopes: Sequence[Envelope[DelayedQueue]],
+                    by: timedelta | None = None, *,
+                    connection: Connection | None = None
+                    ) -> list[Envelope[DelayedQueue]]:
         """``extend`` of many claimed messages, one statement per claim batch: the envelopes
         whose locks still held (the others were lost)."""
         if not envelopes:
             return []
         return self._run(self.extend_many_call(envelopes, by), connection)
 
-    def _run(self, call: Call, connection: Connection | None) -> Any:
+    def _run(self, call: Call[T], connection: Connection | None) -> T:
         return self.executor.run(call.op, write=True, connection=connection,
                                  one_statement=call.one_statement)
 

@@ -8,11 +8,11 @@ raise the same errors: bad input fails while an operation is built, before any I
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -24,7 +24,7 @@ from .executor_async import AsyncExecutor
 from .history import History, HistoryEvent
 from .listeners import QueueListener
 from .messages import (
-    AsyncEnvelope,
+    Envelope,
     FlowControl,
     Message,
     OfferOutcome,
@@ -32,12 +32,14 @@ from .messages import (
     QueueStats,
 )
 from .outages import seconds_of
-from .queue_base import Call, OfferPlan, QueueBase, Undecodable
+from .queue_base import Call, OfferPlan, Op, QueueBase, Undecodable
 from .schema import DEFAULT_TABLE
 from .serializers import Serializer
 from .tracing import ACK, CLAIM, OFFER, Tracer
 
 log = logging.getLogger("sqldelay")
+
+T = TypeVar("T")
 
 
 class AsyncDelayedQueue(QueueBase):
@@ -152,14 +154,15 @@ class AsyncDelayedQueue(QueueBase):
     # ---- consuming -----------------------------------------------------------------------
 
     async def poll(self, *, by: str | None = None,
-                   connection: AsyncConnection | None = None) -> AsyncEnvelope | None:
+                   connection: AsyncConnection | None = None) -> Envelope[AsyncDelayedQueue] | None:
         """Claim the first due message for ``acquire_timeout``, or None when none is due."""
         got = await self.poll_many(1, by=by, connection=connection)
         return got[0] if got else None
 
     async def poll_many(self, limit: int, *, by: str | None = None,
                         connection: AsyncConnection | None = None,
-                        ack: Sequence[AsyncEnvelope] = ()) -> list[AsyncEnvelope]:
+                        ack: Sequence[Envelope[AsyncDelayedQueue]] = ()
+                        ) -> list[Envelope[AsyncDelayedQueue]]:
         """Claim up to ``limit`` due messages under one lock id: higher priority first, then
         earlier due; within the queue's flow control (pause, limits, groups). ``by`` names
         the consumer (stored as ``claimed_by``; with history its default is this thread or
@@ -171,18 +174,21 @@ class AsyncDelayedQueue(QueueBase):
             await self.ack_many(ack, connection=connection)
         op, undecodable = self.claim_op(limit, by, own_transaction=connection is None,
                                         acks=acks or ())
-        run = partial(self.executor.run, op, write=True, connection=connection,
-                      read_committed=not self.backlog)
+        read_committed = not self.backlog
         with ExitStack() as spans:
             if acks:  # the ack sent in the claim's statement: its span holds the claim's
                 spans.enter_context(self.tracer.span(ACK, self.name, len(ack)))
             spans.enter_context(self.tracer.span(CLAIM, self.name, limit))
-            envelopes = await self._claim(run)
+            envelopes = await self._claim(op, connection, read_committed)
         if undecodable:
             await self._bury_undecodable(undecodable, connection)
         return envelopes
 
-    async def _claim(self, run: Callable[..., Any]) -> list[AsyncEnvelope]:
+    async def _claim(self, op: Op[list[Envelope[AsyncDelayedQueue]]],
+                     connection: AsyncConnection | None,
+                     read_committed: bool) -> list[Envelope[AsyncDelayedQueue]]:
+        run = partial(self.executor.run, op, write=True, connection=connection,
+                      read_committed=read_committed)
         try:
             return await run(one_statement=self.claim_alone)
         except NeedsTransaction:  # a queue under flow control: claimed in a transaction
@@ -207,7 +213,7 @@ class AsyncDelayedQueue(QueueBase):
             log.warning("could not move undecodable messages of queue %s to the dead letters "
                         "(they come back when their locks expire): %s", self.name, exc)
 
-    async def ack(self, envelope: AsyncEnvelope, *,
+    async def ack(self, envelope: Envelope[AsyncDelayedQueue], *,
                   connection: AsyncConnection | None = None) -> bool:
         """Delete a claimed message; False when its lock is stale (nothing deleted)."""
         call = self.ack_call(envelope)
@@ -216,7 +222,7 @@ class AsyncDelayedQueue(QueueBase):
         envelope.settled = acked or envelope.settled
         return acked
 
-    async def ack_many(self, envelopes: Sequence[AsyncEnvelope], *,
+    async def ack_many(self, envelopes: Sequence[Envelope[AsyncDelayedQueue]], *,
                        connection: AsyncConnection | None = None) -> int:
         """Delete claimed messages, one statement per claim batch; returns how many were."""
         call = self.ack_many_call(envelopes)
@@ -225,8 +231,8 @@ class AsyncDelayedQueue(QueueBase):
         with self.tracer.span(ACK, self.name, len(envelopes)):
             return await self._run(call, connection)
 
-    async def release(self, envelope: AsyncEnvelope, *, delay: timedelta | None = None,
-                      error: str | None = None,
+    async def release(self, envelope: Envelope[AsyncDelayedQueue], *,
+                      delay: timedelta | None = None, error: str | None = None,
                       connection: AsyncConnection | None = None) -> bool:
         """Give a claimed message back: due now, or after ``delay``. False if the lock is stale.
         ``error`` says why, when its handling failed (the history records a failure)."""
@@ -234,20 +240,22 @@ class AsyncDelayedQueue(QueueBase):
         envelope.settled = released or envelope.settled
         return released
 
-    async def extend(self, envelope: AsyncEnvelope, by: timedelta | None = None, *,
+    async def extend(self, envelope: Envelope[AsyncDelayedQueue], by: timedelta | None = None, *,
                      connection: AsyncConnection | None = None) -> bool:
         """Keep the lock ``by`` (default: acquire_timeout) from now. False if already lost."""
         return await self._run(self.extend_call(envelope, by), connection)
 
-    async def extend_many(self, envelopes: Sequence[AsyncEnvelope], by: timedelta | None = None, *,
-                          connection: AsyncConnection | None = None) -> list[AsyncEnvelope]:
+    async def extend_many(self, envelopes: Sequence[Envelope[AsyncDelayedQueue]],
+                          by: timedelta | None = None, *,
+                          connection: AsyncConnection | None = None
+                          ) -> list[Envelope[AsyncDelayedQueue]]:
         """``extend`` of many claimed messages, one statement per claim batch: the envelopes
         whose locks still held (the others were lost)."""
         if not envelopes:
             return []
         return await self._run(self.extend_many_call(envelopes, by), connection)
 
-    async def _run(self, call: Call, connection: AsyncConnection | None) -> Any:
+    async def _run(self, call: Call[T], connection: AsyncConnection | None) -> T:
         return await self.executor.run(call.op, write=True, connection=connection,
                                        one_statement=call.one_statement)
 

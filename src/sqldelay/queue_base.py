@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, cast
+from typing import Any, Generic, NamedTuple, Self, TypeVar, cast
 
 import sqlalchemy as sa
 
@@ -38,7 +38,9 @@ from .dialects.flow import Control
 from .errors import InvalidArgumentError, Raced, UnsupportedFeatureError
 from .history import (
     EventKind,
+    EventRow,
     History,
+    HistoryEvent,
     Recorder,
     check_actor,
     current_actor,
@@ -68,20 +70,23 @@ _FIRST_BACKOFF = 100
 MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 MAX_LIMIT = MAX_PRIORITY
 
-Op = Callable[[sa.Connection], Any]
+T = TypeVar("T")
+Op = Callable[[sa.Connection], T]  # an operation returning a T, run by either front end
+# an envelope given back as it came: the front's own type (``extend_many``)
+E = TypeVar("E", bound="Envelope[QueueBase]")
 
 
 @dataclass(frozen=True, slots=True)
-class Call:
+class Call(Generic[T]):
     """An operation ready to run, and whether it sends a single statement (which the
     executor may then run in autocommit)."""
 
-    op: Op
+    op: Op[T]
     one_statement: bool
 
 
 @dataclass(frozen=True, slots=True)
-class OfferPlan(Call):
+class OfferPlan(Call[list[OfferOutcome]]):
     """An offer ready to run: ``op`` returns the outcomes in input order. ``flags_groups``:
     it also marks the queue as having groups (once per queue object); ``earliest_ms``: the
     earliest due time it writes; ``first``: where the dialect inserts first
@@ -90,13 +95,13 @@ class OfferPlan(Call):
 
     flags_groups: bool = False
     earliest_ms: int = 0
-    first: Op | None = None
+    first: Op[list[OfferOutcome] | None] | None = None
 
 
 class Undecodable(NamedTuple):
     """A message claimed whose row could not be read, and why: a dead letter to be."""
 
-    envelope: Envelope
+    envelope: Envelope[QueueBase]
     error: str
 
 
@@ -184,7 +189,7 @@ class QueueBase:
         the local clock (the fronts measure it first, once its checks have passed)."""
         return isinstance(self.clock, DatabaseClock) and not self.clock.measured
 
-    def now_op(self) -> Op:
+    def now_op(self) -> Op[datetime]:
         return lambda conn: from_ms(self.now_ms(conn))
 
     def check_key(self, key: Any) -> None:
@@ -253,7 +258,7 @@ class QueueBase:
         return OfferPlan(op, one, flag, batch.earliest_ms, first)
 
     def _insert_first(self, batch: _Checked, part: memoryview, static: PayloadBudget,
-                      now: int, actor: str | None) -> Op:
+                      now: int, actor: str | None) -> Op[list[OfferOutcome] | None]:
         """The plain insert of every message of an offer of one chunk that writes nothing
         else (``inserts_first``): it fails whole on a key that exists, and the offer then runs
         its usual way."""
@@ -303,7 +308,7 @@ class QueueBase:
         self._unchecked_creations = 0  # where the op fails, tried again as many later
         return True
 
-    def statistics_op(self) -> Op:
+    def statistics_op(self) -> Op[bool]:
         """Gather the table's planner statistics where it has none (a new table whose claims
         would otherwise read every due message); made sure of once per queue object."""
         def op(conn: sa.Connection) -> bool:
@@ -314,7 +319,7 @@ class QueueBase:
         return op
 
     def _offer_events(self, rows: Sequence[OfferRow], outcomes: Sequence[OfferOutcome],
-                      now: int, actor: str | None) -> list[dict]:
+                      now: int, actor: str | None) -> list[EventRow]:
         assert self.history_settings is not None and self.recorder is not None  # history
         kinds = {OfferOutcome.CREATED: EventKind.OFFERED, OfferOutcome.UPDATED: EventKind.UPDATED}
         if self.history_settings.ignored:
@@ -354,7 +359,7 @@ class QueueBase:
 
     def claim_op(self, limit: int, by: str | None = None, *, own_transaction: bool = True,
                  acks: Sequence[tuple[str, Sequence[int]]] = ()
-                 ) -> tuple[Callable[[sa.Connection], list[Envelope]], list[Undecodable]]:
+                 ) -> tuple[Op[list[Envelope[Self]]], list[Undecodable]]:
         """The claim of up to ``limit`` due messages (earliest first) under one lock id, held
         by ``by`` (default, with history: this thread or task, host:pid:name), and the list
         in which it leaves the messages it claimed but could not decode, for the front to
@@ -368,7 +373,7 @@ class QueueBase:
         optimistic = own_transaction
         undecodable: list[Undecodable] = []
 
-        def op(conn: sa.Connection) -> list[Envelope]:
+        def op(conn: sa.Connection) -> list[Envelope[Self]]:
             nonlocal optimistic
             undecodable.clear()  # of an attempt that did not commit
             # read at each attempt: a reading kept through pool waits, lock waits and
@@ -397,7 +402,7 @@ class QueueBase:
 
         return op, undecodable
 
-    def acks_riding(self, envelopes: Sequence[Envelope]
+    def acks_riding(self, envelopes: Sequence[Envelope[QueueBase]]
                     ) -> list[tuple[str, Sequence[int]]] | None:
         """(lock, ids) of ``envelopes`` for the claim to ack in its own statement; None
         where it cannot (the database, or a queue that keeps history: see ``claim_acking``),
@@ -411,7 +416,7 @@ class QueueBase:
         return list(by_lock.items())
 
     def _sort_out(self, rows: Sequence[ClaimedRow], lock: str, locked_until: datetime,
-                  actor: str | None, undecodable: list[Undecodable]) -> list[Envelope]:
+                  actor: str | None, undecodable: list[Undecodable]) -> list[Envelope[Self]]:
         """The envelopes of the rows that decode; the others go to ``undecodable`` (a payload
         its serializer refuses, a time past what a datetime holds: written by an older
         version, by hand or by another client), claimed like the rest so that nobody else
@@ -430,7 +435,7 @@ class QueueBase:
                     f"the message cannot be read by queue {self.name!r}: {error}"))
         return envelopes
 
-    def bury_undecodable_op(self, undecodable: Sequence[Undecodable]) -> Op:
+    def bury_undecodable_op(self, undecodable: Sequence[Undecodable]) -> Op[list[bool]]:
         """Move the messages a claim could not decode to the dead letters, with the reason."""
         letters = DeadLettersBase.of(self)
         ops = [letters.bury_op(u.envelope, u.error) for u in undecodable]
@@ -446,7 +451,7 @@ class QueueBase:
                            detail_text(f"lock lost; claimed again by {actor}"))
 
     def _claim_events(self, rows: Sequence[ClaimedRow], now: int, until: int,
-                      actor: str | None) -> list[dict]:
+                      actor: str | None) -> list[EventRow]:
         assert self.recorder is not None  # called with history only
         event, events = self.recorder.event, []
         for r in rows:
@@ -460,7 +465,7 @@ class QueueBase:
         return events
 
     def _envelope(self, row: ClaimedRow, lock: str, locked_until: datetime,
-                  actor: str | None) -> Envelope:
+                  actor: str | None) -> Envelope[Self]:
         return Envelope(
             key=row.key, payload=self.serializer.decode(row.payload),
             scheduled_at=from_ms(row.scheduled_at_initially), created_at=from_ms(row.created_at),
@@ -468,7 +473,7 @@ class QueueBase:
             group=row.group, row_id=row.id, lock=lock, queue=self,
             enqueued_by=row.enqueued_by, claimed_by=actor, trace_context=row.trace_context)
 
-    def check_own(self, envelope: Envelope) -> None:
+    def check_own(self, envelope: Envelope[QueueBase]) -> None:
         """Refuse an envelope that another queue claimed."""
         if not isinstance(envelope, Envelope):
             raise InvalidArgumentError(f"expected an Envelope, got {type(envelope).__name__}")
@@ -477,7 +482,7 @@ class QueueBase:
             raise InvalidArgumentError(
                 f"envelope of queue {envelope.queue.name!r} given to queue {self.name!r}")
 
-    def ack_call(self, envelope: Envelope) -> Call:
+    def ack_call(self, envelope: Envelope[QueueBase]) -> Call[bool]:
         """Delete a claimed message: True, or False when its lock is stale (nothing deleted).
         A grouped message frees its group."""
         self.check_own(envelope)
@@ -499,10 +504,10 @@ class QueueBase:
 
         return Call(op, False)
 
-    def ack_many_call(self, envelopes: Sequence[Envelope]) -> Call | None:
+    def ack_many_call(self, envelopes: Sequence[Envelope[QueueBase]]) -> Call[int] | None:
         """The deletion of claimed messages, one statement per claim batch (None: none given);
         the groups of grouped ones are freed."""
-        by_lock: dict[str, list[Envelope]] = {}
+        by_lock: dict[str, list[Envelope[QueueBase]]] = {}
         groups: dict[str, list[str]] = {}
         for env in envelopes:
             self.check_own(env)
@@ -542,8 +547,8 @@ class QueueBase:
                and len(envelopes) <= dao.in_list_max and (not groups or dao.ack_frees_in_one))
         return Call(op, one)
 
-    def release_call(self, envelope: Envelope, delay: timedelta | None,
-                     error: str | None = None) -> Call:
+    def release_call(self, envelope: Envelope[QueueBase], delay: timedelta | None,
+                     error: str | None = None) -> Call[bool]:
         """Give a claimed message back, due now or after ``delay``: True if the lock held. A
         grouped message frees its group for the group's next message. ``error`` says the
         handler failed (the history records a failure rather than a release)."""
@@ -570,7 +575,8 @@ class QueueBase:
 
         return Call(op, False)
 
-    def _due_again(self, conn: sa.Connection, envelope: Envelope, delay_ms: int) -> int:
+    def _due_again(self, conn: sa.Connection, envelope: Envelope[QueueBase],
+                   delay_ms: int) -> int:
         """When a released message is due again: ``delay_ms`` from now, or without a delay
         at its own due time (it was due when it was claimed), not at the release's reading of
         now. A claim that read the time a moment before the release committed then still
@@ -579,14 +585,15 @@ class QueueBase:
         now = self.now_ms(conn)
         return now + delay_ms if delay_ms else min(now, to_ms(envelope.scheduled_at))
 
-    def _done_event(self, kind: EventKind, envelope: Envelope, detail: str | None = None) -> dict:
+    def _done_event(self, kind: EventKind, envelope: Envelope[QueueBase],
+                    detail: str | None = None) -> EventRow:
         """The event of what the holder of ``envelope`` did with it (with history)."""
         assert self.recorder is not None
         return self.recorder.event(self.pkind, kind, envelope.key, self.now_ms(),
                                    actor=envelope.claimed_by, attempt=envelope.attempt,
                                    detail=detail)
 
-    def extend_call(self, envelope: Envelope, by: timedelta | None) -> Call:
+    def extend_call(self, envelope: Envelope[QueueBase], by: timedelta | None) -> Call[bool]:
         """Keep the lock ``by`` (default: acquire_timeout) from now: True if it still held,
         and then ``envelope.locked_until`` says the new expiry (the group's too). A lock that
         expired holds no more where another message may have taken its group's turn or its
@@ -608,14 +615,14 @@ class QueueBase:
 
         return Call(op, envelope.group is None)
 
-    def extend_many_call(self, envelopes: Sequence[Envelope], by: timedelta | None) -> Call:
+    def extend_many_call(self, envelopes: Sequence[E], by: timedelta | None) -> Call[list[E]]:
         """Keep the locks of ``envelopes`` ``by`` (default: acquire_timeout) from now: the
         envelopes whose locks still held (their ``locked_until`` then says the new expiry).
         The locks of one claim batch that have not expired are renewed in one statement;
         the others (expired, or of grouped messages) one by one, as ``extend`` judges them."""
         lasting = self._acquire_ms if by is None else self._lasting(by, "by")
-        batches: dict[str, list[Envelope]] = {}
-        singles: list[Envelope] = []
+        batches: dict[str, list[E]] = {}
+        singles: list[E] = []
         for envelope in envelopes:
             self.check_own(envelope)
             if envelope.group is None:
@@ -625,10 +632,10 @@ class QueueBase:
         one_by_one = [(envelope, self.extend_call(envelope, by).op) for envelope in singles]
         dao = self.dao
 
-        def op(conn: sa.Connection) -> list[Envelope]:
+        def op(conn: sa.Connection) -> list[E]:
             now = self.now_ms(conn)
             until = now + lasting
-            renewed: list[Envelope] = []
+            renewed: list[E] = []
             rest = list(one_by_one)
             for lock, held in batches.items():
                 for chunk in chunked(held, dao.in_list_max):
@@ -654,14 +661,14 @@ class QueueBase:
             raise InvalidArgumentError(f"{name} {delta} from now ends after the year 9999")
         return ms
 
-    def _move(self, conn: sa.Connection, envelope: Envelope, scheduled_at: int, *,
+    def _move(self, conn: sa.Connection, envelope: Envelope[QueueBase], scheduled_at: int, *,
               keep_lock: bool) -> bool:
         stmt = self.dao.move_locked(envelope.row_id, envelope.lock, scheduled_at, keep_lock)
         return conn.execute(stmt).rowcount > 0
 
     # ---- flow control ----------------------------------------------------------------------
 
-    def settings_op(self, **values: Any) -> Op:
+    def settings_op(self, **values: Any) -> Op[None]:
         """Write the queue's settings; listening workers claim again at once (a resume, a
         limit raised or lifted lets them take more)."""
         def op(conn: sa.Connection) -> None:
@@ -670,7 +677,7 @@ class QueueBase:
 
         return op
 
-    def rate_limit_op(self, limit: int | None, per: timedelta) -> Op:
+    def rate_limit_op(self, limit: int | None, per: timedelta) -> Op[None]:
         """At most ``limit`` claims per ``per`` across every consumer (a token bucket holding
         one period's worth, so a burst of ``limit`` after a quiet spell); None lifts it.
         Setting the limit the queue has already changes nothing: a new bucket, full, comes
@@ -688,7 +695,7 @@ class QueueBase:
                                 tokens_milli=limit * 1000, refilled_at=self.now_ms(),
                                 unless_same=("rate_limit", "rate_period_ms"))
 
-    def concurrency_limit_op(self, limit: int | None) -> Op:
+    def concurrency_limit_op(self, limit: int | None) -> Op[None]:
         """At most ``limit`` messages of the queue in flight across every consumer. Refused
         on a multi-primary cluster, where the claims of two nodes would both see room."""
         if limit is None:
@@ -708,12 +715,12 @@ class QueueBase:
 
         return op
 
-    def flow_control_op(self) -> Op:
+    def flow_control_op(self) -> Op[FlowControl]:
         return lambda conn: flow_control(self.dao.read_control(conn, self.pkind))
 
     # ---- reads and deletes -------------------------------------------------------------------
 
-    def get_op(self, key: str) -> Op:
+    def get_op(self, key: str) -> Op[QueuedMessage | None]:
         """Read a message without locking or changing it: a QueuedMessage or None."""
         self.check_key(key)
         now = self.now_ms()
@@ -724,12 +731,12 @@ class QueueBase:
 
         return op
 
-    def contains_op(self, key: str) -> Op:
+    def contains_op(self, key: str) -> Op[bool]:
         self.check_key(key)
         stmt = self.dao.exists_key(self.pkind, key)
         return lambda conn: conn.execute(stmt).first() is not None
 
-    def drop_op(self, key: str, by: str | None = None) -> Op:
+    def drop_op(self, key: str, by: str | None = None) -> Op[bool]:
         self.check_key(key)
         check_actor(by)
         stmt = self.dao.delete_key(self.pkind, key)
@@ -747,7 +754,7 @@ class QueueBase:
 
         return op
 
-    def clear_op(self, by: str | None = None) -> Op:
+    def clear_op(self, by: str | None = None) -> Op[int]:
         check_actor(by)
         recorder = self.recorder
         if recorder is None:
@@ -776,7 +783,7 @@ class QueueBase:
         return [t.c.pkind == self.pkind, t.c.lock_uuid.is_not(None), t.c.scheduled_at > now,
                 t.c.scheduled_at <= now - age + self._acquire_ms]
 
-    def stuck_op(self, older_than: timedelta, limit: int) -> Op:
+    def stuck_op(self, older_than: timedelta, limit: int) -> Op[list[QueuedMessage]]:
         """Up to ``limit`` messages held longer than ``older_than``, by lock expiry."""
         check_positive_int(limit, "limit")
         now = self.now_ms()
@@ -786,7 +793,7 @@ class QueueBase:
         return lambda conn: [queued_message(r, self.serializer, now)
                              for r in conn.execute(stmt)]
 
-    def release_stuck_op(self, older_than: timedelta, by: str | None = None) -> Op:
+    def release_stuck_op(self, older_than: timedelta, by: str | None = None) -> Op[int]:
         """Give back, due now, every message held longer than ``older_than`` (a consumer that
         hangs, or one that died holding a long lock); their holders' acks then fail.
         Returns how many went back."""
@@ -816,7 +823,7 @@ class QueueBase:
         return op
 
     def delete_op(self, where: Sequence[sa.ColumnElement[bool]], by: str | None,
-                  detail: str) -> Op:
+                  detail: str) -> Op[int]:
         """Delete the messages meeting ``where`` (conditions from the dialect); with history,
         each deletion's event (dropped, ``detail`` saying why) in the same transaction.
         Returns how many went."""
@@ -845,12 +852,12 @@ class QueueBase:
                 "(or a retention timedelta)")
         return self.recorder
 
-    def history_op(self, key: str) -> Op:
+    def history_op(self, key: str) -> Op[list[HistoryEvent]]:
         """The events of ``key``, oldest first, across re-offers of the key."""
         self.check_key(key)
         return self._recording().read_op(self.pkind, key)
 
-    def prune_op(self, older_than: timedelta, batch: int) -> Op:
+    def prune_op(self, older_than: timedelta, batch: int) -> Op[int]:
         """One batch of the pruning of events older than ``older_than``: how many went."""
         check_positive_int(batch, "batch")
         age = duration_ms(older_than, "older_than")
@@ -859,17 +866,17 @@ class QueueBase:
         return self._recording().prune_op(self.pkind, self.now_ms() - age, batch,
                                           self.dao.in_list_max)
 
-    def next_due_op(self) -> Op:
+    def next_due_op(self) -> Op[datetime | None]:
         """When the earliest message (or expiring lock) falls due; None for an empty queue."""
         stmt = self.dao.select_next_due(self.pkind)
 
-        def op(conn: sa.Connection):
+        def op(conn: sa.Connection) -> datetime | None:
             ms = conn.execute(stmt).scalar()
             return None if ms is None else from_ms(int(ms))
 
         return op
 
-    def stats_op(self) -> Op:
+    def stats_op(self) -> Op[QueueStats]:
         now = self.now_ms()
         stmt = self.dao.select_stats(self.pkind, now)
 
@@ -893,7 +900,7 @@ def flow_control(control: Control | None) -> FlowControl:
                        control.has_groups)
 
 
-def queued_message(row, serializer: Serializer, now_ms: int) -> QueuedMessage:
+def queued_message(row: sa.Row[Any], serializer: Serializer, now_ms: int) -> QueuedMessage:
     """A whole row of the queue table as the public API shows a stored message; one that
     cannot be read says why (``unreadable``) rather than failing the read or the page."""
     in_flight = row.lock_uuid is not None and row.scheduled_at > now_ms
@@ -1038,12 +1045,12 @@ def _check_priorities_and_groups(messages: Sequence[Message]) -> bool:
 
 
 def _rounds_in_lock_order(keys: Sequence[str],
-                          lock_order: Callable[[str], str | bytes]) -> list[array]:
+                          lock_order: Callable[[str], str | bytes]) -> list[array[int]]:
     """The positions of ``keys`` in rounds in which each key occurs once (a key's n-th
     occurrence goes in round n, so a repeated key is applied in order), each round in lock
     order. A stable sort puts a key's occurrences side by side, in input order (``lock_order``
     tells keys apart: it is the key itself, or its bytes in the database's collation)."""
-    rounds: list[array] = [array("q")]
+    rounds: list[array[int]] = [array("q")]
     previous, repeat = None, 0
     order = list(map(lock_order, keys))
     for i in sorted(range(len(keys)), key=lambda i: order[i]):
