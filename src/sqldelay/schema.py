@@ -728,7 +728,11 @@ def widen_error_text_op(op: MigrationOps, table_name: str = DEFAULT_TABLE) -> No
 
 
 def check_table_name(name: str) -> None:
-    if not isinstance(name, str) or not name or len(name) > 40 or not name.isidentifier():
+    # counted in bytes: PostgreSQL keeps 63 bytes of an identifier (and of a LISTEN
+    # channel), so a name of 30 two-byte letters made index names that, cut short, met
+    # each other in create_schema, and a wake-up channel pg_notify refused
+    if (not isinstance(name, str) or not name or not name.isidentifier()
+            or len(name.encode()) > 40):
         raise InvalidArgumentError(
-            f"table_name must be a plain identifier of at most 40 characters, got {name!r}"
+            f"table_name must be a plain identifier of at most 40 bytes (UTF-8), got {name!r}"
         )

@@ -175,6 +175,26 @@ def test_create_schema_refuses_an_applications_table_of_its_name_and_writes_noth
         app.drop_all(engine)
 
 
+def test_a_table_name_of_forty_bytes_in_letters_beyond_ascii_makes_a_working_schema(engine):
+    # PostgreSQL keeps 63 bytes of a name: a table name of 30 two-byte letters (60 bytes)
+    # made index names that met each other, cut short, and a wake-up channel pg_notify
+    # refused. A table name has 40 bytes at most, the longest here.
+    base = unique_name("q")
+    name = "é" * ((40 - len(base)) // 2) + base
+    assert 38 <= len(name.encode()) <= 40
+    try:
+        create_schema(engine, table_name=name, history=True)
+        queue = DelayedQueue(engine, "mail", table_name=name)
+        with engine.connect() as conn:  # PostgreSQL: the offer's statement wakes workers
+            queue.offer("k", 1, connection=conn)
+            conn.commit()
+        envelope = queue.poll()
+        assert (envelope.key, envelope.payload) == ("k", 1)
+        assert envelope.ack() and not queue.contains("k")
+    finally:
+        drop_schema(engine, table_name=name)
+
+
 def test_create_schema_is_idempotent_and_records_the_version(engine):
     name = unique_name("sqdi")
     try:

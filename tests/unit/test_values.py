@@ -17,6 +17,7 @@ from sqldelay import (
     PayloadError,
     StrSerializer,
     UnsupportedDialectError,
+    create_schema,
 )
 from sqldelay.clock import from_ms, to_ms
 
@@ -130,3 +131,13 @@ def test_bad_queue_names(name):
 def test_bad_table_names():
     with pytest.raises(InvalidArgumentError, match="table_name"):
         DelayedQueue(sa.create_engine("sqlite://"), "q", table_name="drop table x;--")
+
+
+def test_a_table_name_is_measured_in_bytes():
+    # 20 two-byte letters are 40 bytes, the most; 21 are one letter too many
+    engine = sa.create_engine("sqlite://")
+    DelayedQueue(engine, "q", table_name="ä" * 20)
+    with pytest.raises(InvalidArgumentError, match="at most 40 bytes"):
+        DelayedQueue(engine, "q", table_name="ä" * 21)
+    with pytest.raises(InvalidArgumentError, match="at most 40 bytes"):
+        create_schema(engine, table_name="ä" * 21)

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -66,8 +65,6 @@ _ARRAYS = ("payloads",)
 # the size from which verify reports a queue table without planner statistics (40,000 small
 # messages take 4.4 MB; below it a claim's read of every due message costs a few ms at most)
 _UNANALYZED_BYTES = 4 << 20
-# the longest identifier, and so channel name, PostgreSQL keeps (NAMEDATALEN - 1 bytes)
-_MAX_CHANNEL = 63
 # the planner settings of a grouped claim's statements after its walk, which sets them
 # (``_heads_settings``)
 _WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off",
@@ -579,11 +576,9 @@ class PostgresQueueDao(QueueDao):
 
     @property
     def settled_channel(self) -> str:
-        name = f"sqldelay_done_{self.table.name}"
-        if len(name.encode()) > _MAX_CHANNEL:  # a longer one would be cut short by LISTEN
-            digest = hashlib.sha256(self.table.name.encode()).hexdigest()[:32]
-            name = f"sqldelay_done_{digest}"
-        return name
+        # within the 63 bytes PostgreSQL keeps of a channel's name, as the wake-ups' is: a
+        # table name has 40 bytes at most (``schema.check_table_name``)
+        return f"sqldelay_done_{self.table.name}"
 
     def notify_settled(self, conn: sa.Connection, pkind: str, key: str) -> None:
         conn.execute(sa.select(sa.func.pg_notify(self.settled_channel,
