@@ -8,6 +8,7 @@ What a worker does (modes, retries, dead letters, shutdown, sleeping and wake-up
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import threading
@@ -16,9 +17,10 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, Final, TypeAlias, TypeVar, Unpack
 
 from tenacity import (
+    RetryCallState,
     retry_if_exception,
     stop_after_delay,
     wait_random_exponential,
@@ -26,6 +28,7 @@ from tenacity import (
 
 from . import wakeups
 from .concurrency import (
+    Call,
     Condition,
     Connection,
     Event,
@@ -58,14 +61,17 @@ from .worker_base import (
     ProcessingMode,
     Rotation,
     WorkerBase,
+    WorkerSettings,
     error_text,
     trouble,
 )
 
 log = logging.getLogger("sqldelay.worker")
 
+T = TypeVar("T")
 
-class Worker(WorkerBase):
+
+class Worker(WorkerBase[DelayedQueue]):
     """Runs ``handler(envelope)`` (transactional mode: ``handler(envelope, connection)``) on
     every message of ``queue``; returning acks the message, raising retries it. The settings
     are ``WorkerBase``'s; the runner's ``HandlerRunner`` says how a handler is called."""
@@ -76,7 +82,7 @@ class Worker(WorkerBase):
     def __init__(self, queues: DelayedQueue | ShardedQueue
                  | Mapping[str, DelayedQueue] | Sequence[DelayedQueue],
                  handler: Callable[..., Any],
-                 **settings) -> None:
+                 **settings: Unpack[WorkerSettings]) -> None:
         super().__init__(queues, handler, **settings)
         HandlerRunner.check(handler)
         self.dead_letters = {name: DeadLetters.of(q) for name, q in self.queues.items()}
@@ -99,10 +105,10 @@ class Worker(WorkerBase):
         self._lock = Lock()
         self._work = Condition(self._lock)
         self._state = Condition(self._lock)
-        self._buffer: deque[Envelope] = deque()  # claimed, not started
-        self._running: set[Envelope] = set()
-        self._to_ack: list[Envelope] = []  # handled, their acks not yet sent
-        self._acking: set[Envelope] = set()  # their acks on their way
+        self._buffer: deque[Envelope[DelayedQueue]] = deque()  # claimed, not started
+        self._running: set[Envelope[DelayedQueue]] = set()
+        self._to_ack: list[Envelope[DelayedQueue]] = []  # handled, their acks not yet sent
+        self._acking: set[Envelope[DelayedQueue]] = set()  # their acks on their way
         self._acks_waiting = Event()  # set when _to_ack gains an envelope
         self._idle_handlers = 0
         self._closing = False
@@ -273,7 +279,7 @@ class Worker(WorkerBase):
                 self._events.emit("idle")
             self._sleep_until_due()
 
-    def _claim_and_hand_off(self) -> list | None:
+    def _claim_and_hand_off(self) -> list[Envelope[DelayedQueue]] | None:
         """``_claim_next``: what it claimed, already in the handlers' buffer."""
         self._waited = False
         batch, full = self._claim_next()
@@ -281,7 +287,8 @@ class Worker(WorkerBase):
         return batch
 
     def _claim_into_buffer(self, queue: DelayedQueue, count: int,
-                           acks: list[Envelope] | None = None) -> list:
+                           acks: list[Envelope[DelayedQueue]] | None = None
+                           ) -> list[Envelope[DelayedQueue]]:
         """Claim up to ``count`` messages of ``queue`` and put them in the handlers' buffer
         as soon as they arrive: from there the heartbeat renews their locks. Two claims side
         by side each hand theirs over on its own; the first batch waiting for the second
@@ -311,7 +318,7 @@ class Worker(WorkerBase):
         self._patiently(self._flush_acks)
         return not self._due_now()
 
-    def _claim_next(self) -> tuple[list | None, bool]:
+    def _claim_next(self) -> tuple[list[Envelope[DelayedQueue]] | None, bool]:
         """Claim from the queues in turn until one has something (None: stopped meanwhile),
         and whether it took all it asked for; what was claimed is in the handlers' buffer.
 
@@ -350,7 +357,7 @@ class Worker(WorkerBase):
                 return batch, len(batch) == count * at_once
         return [], False
 
-    def _acks_along(self, queue: DelayedQueue) -> list[Envelope]:
+    def _acks_along(self, queue: DelayedQueue) -> list[Envelope[DelayedQueue]]:
         """The acks waiting for the ack loop that the claim of ``queue`` about to be sent can
         carry in its own statement (``DelayedQueue.poll_many(ack=)``, PostgreSQL): one round
         trip then acks the finished batch and claims the next. Only a claim that is coming
@@ -364,7 +371,7 @@ class Worker(WorkerBase):
                 self._acking.update(acks)
         return acks
 
-    def _acks_back(self, acks: list[Envelope]) -> None:
+    def _acks_back(self, acks: list[Envelope[DelayedQueue]]) -> None:
         with self._lock:
             self._acking.difference_update(acks)
             self._to_ack[:0] = acks  # acks are idempotent: send them again later
@@ -379,7 +386,8 @@ class Worker(WorkerBase):
         return False
 
     def _handler_loop(self) -> None:
-        done: tuple[Envelope, bool, bool] | None = None  # the last message handled
+        # the last message handled
+        done: tuple[Envelope[DelayedQueue], bool, bool] | None = None
         while True:
             # one turn of the lock a message: the end of the last one and the start of the next
             with self._lock:
@@ -398,7 +406,7 @@ class Worker(WorkerBase):
             ok = held and self._process(envelope)
             done = envelope, held, ok
 
-    def _handler_done(self, envelope: Envelope, held: bool, ok: bool) -> None:
+    def _handler_done(self, envelope: Envelope[DelayedQueue], held: bool, ok: bool) -> None:
         """Under the lock: ``envelope`` handled (``held``: here, not by another consumer;
         ``ok``: its handler returned), its ack to send unless its handler settled it."""
         self._running.discard(envelope)
@@ -419,7 +427,7 @@ class Worker(WorkerBase):
             # its group or a slot under a cap
             self._wake.set()
 
-    def _held(self, envelope: Envelope) -> bool:
+    def _held(self, envelope: Envelope[DelayedQueue]) -> bool:
         """Whether the worker still holds ``envelope``, about to be handled: a lock that
         expired while it waited in the buffer (no heartbeat, or one that could not reach the
         database) is renewed first, unless another consumer took the message meanwhile, which
@@ -437,7 +445,7 @@ class Worker(WorkerBase):
                     "was claimed again or changed meanwhile: not handled here", envelope.key)
         return False
 
-    def _process(self, envelope: Envelope) -> bool:
+    def _process(self, envelope: Envelope[DelayedQueue]) -> bool:
         self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
@@ -486,8 +494,9 @@ class Worker(WorkerBase):
             with self._lock:
                 self._acking.difference_update(batch)
 
-    def _send_acks(self, batch: list[Envelope]) -> bool:
-        later: list[Envelope] = []  # of queues that are down (isolated), for their return
+    def _send_acks(self, batch: list[Envelope[DelayedQueue]]) -> bool:
+        # of queues that are down (isolated), for their return
+        later: list[Envelope[DelayedQueue]] = []
         try:
             for envelopes in _by_queue(batch):
                 name = self._name_of[id(envelopes[0].queue)]
@@ -591,7 +600,7 @@ class Worker(WorkerBase):
                 conn.rollback()
                 return 0
             self._events.emit("picked", batch)
-            done: list[tuple[Envelope, float]] = []
+            done: list[tuple[Envelope[DelayedQueue], float]] = []
             for i, envelope in enumerate(batch):
                 if self._stop.is_set():
                     for rest in batch[i:]:
@@ -625,7 +634,7 @@ class Worker(WorkerBase):
 
     # ---- failures ------------------------------------------------------------------------------
 
-    def _fail(self, envelope: Envelope, error: Exception,
+    def _fail(self, envelope: Envelope[DelayedQueue], error: Exception,
               conn: Connection | None) -> None:
         """Retry later, or bury after the last allowed attempt (in ``conn``'s transaction when
         given)."""
@@ -695,7 +704,7 @@ class Worker(WorkerBase):
                         if envelope not in kept:
                             self._lost(envelope)
 
-    def _lost(self, envelope: Envelope) -> None:
+    def _lost(self, envelope: Envelope[DelayedQueue]) -> None:
         """The lock of ``envelope`` is gone (acked meanwhile, or taken by another consumer
         after it expired): if its handler has not started, it never will here."""
         with self._lock:
@@ -733,7 +742,7 @@ class Worker(WorkerBase):
 
     # ---- riding out a lost database ------------------------------------------------------------
 
-    def _patiently(self, fn: Callable[[], Any], *, until: Event | None = None) -> Any:
+    def _patiently(self, fn: Call[T], *, until: Event | None = None) -> T | None:
         """Run ``fn``, retrying with backoff while the database is unreachable, until ``until``
         (default: stop) is set; None when it was set first. Other errors propagate."""
         event = self._stop if until is None else until
@@ -749,7 +758,7 @@ class Worker(WorkerBase):
             wait=wait_random_exponential(multiplier=0.05, max=MAX_BACKOFF),
             stop=lambda state: event.is_set(), sleep=pause, reraise=True,
             before_sleep=self._outage)
-        def attempt() -> Any:  # a plain def, so the retrying returns what fn returns
+        def attempt() -> T:  # a plain def, so the retrying returns what fn returns
             return _at_once(fn)
 
         try:
@@ -759,8 +768,8 @@ class Worker(WorkerBase):
                 return None
             raise
 
-    def _patiently_on(self, name: str, fn: Callable[[], Any], *,
-                      patient: bool = True) -> Any:
+    def _patiently_on(self, name: str, fn: Call[T], *,
+                      patient: bool = True) -> T | _Down | None:
         """``_patiently(fn)`` for the queue named ``name``, or, when the worker's queues are
         isolated (on several engines), one attempt: when it finds the queue's database
         unreachable, the queue sits out a backoff and _DOWN is returned, so the others are
@@ -785,19 +794,21 @@ class Worker(WorkerBase):
             self._rotation.reachable(name)
         return result
 
-    def _outage(self, state) -> None:
+    def _outage(self, state: RetryCallState) -> None:
+        assert state.outcome is not None  # called before a retry: after an attempt that raised
         error = state.outcome.exception()
+        assert error is not None
         log.warning("%s, retrying in %.2fs: %s: %s", trouble(error, self.queues.values()),
                     state.upcoming_sleep, type(error).__name__, str(error).splitlines()[0])
         self._events.emit("crashed", error, True)
 
-    def _until(self, deadline: float, fn: Callable[[], Any]) -> None:
+    def _until(self, deadline: float, fn: Call[T]) -> None:
         """Shutdown work: retry through an outage until ``deadline``, then give up (logged)."""
         retrying = Retrying(
             retry=retry_if_exception(self.is_outage),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())), reraise=True)
-        def attempt() -> Any:
+        def attempt() -> T:
             return _at_once(fn)
 
         try:
@@ -806,10 +817,16 @@ class Worker(WorkerBase):
             log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)
 
 
-_DOWN = object()  # what _patiently_on answers for a queue whose database is down
+class _Down(enum.Enum):
+    DOWN = enum.auto()
 
 
-def _at_once(fn: Callable[[], Any]) -> Any:
+_DOWN: Final = _Down.DOWN  # what _patiently_on answers for a queue whose database is down
+# what a claim of _claim_next answers: its batch, _DOWN, or None (the worker stopped)
+_Claimed: TypeAlias = list[Envelope[DelayedQueue]] | _Down | None
+
+
+def _at_once(fn: Call[T]) -> T:
     """``fn()`` of the worker's own, which raises at once when the database is unreachable
     (``patience(0)``): the worker waits out an outage between its calls, where it hears
     ``stop`` and its heartbeat goes on, not inside one. A handler keeps its queue's patience
@@ -818,8 +835,8 @@ def _at_once(fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def _claimed_side_by_side(first: Callable[[], Any], others: list[Callable[[], Any]]
-                          ) -> Any:
+def _claimed_side_by_side(first: Call[_Claimed], others: list[Call[_Claimed]]
+                          ) -> _Claimed:
     """Claims side by side: their batches as one; None where none claimed because the worker
     stopped, _DOWN where all found the database down."""
     outcomes = side_by_side([first, *others])
@@ -832,9 +849,10 @@ def _claimed_side_by_side(first: Callable[[], Any], others: list[Callable[[], An
     return None if any(outcome is None for outcome in outcomes) else _DOWN
 
 
-def _by_queue(envelopes: list[Envelope]) -> list[list[Envelope]]:
+def _by_queue(envelopes: list[Envelope[DelayedQueue]]
+              ) -> list[list[Envelope[DelayedQueue]]]:
     """Envelopes grouped by the queue that claimed them, each group in order."""
-    groups: dict[int, list[Envelope]] = {}
+    groups: dict[int, list[Envelope[DelayedQueue]]] = {}
     for envelope in envelopes:
         groups.setdefault(id(envelope.queue), []).append(envelope)
     return list(groups.values())

@@ -6,6 +6,7 @@ What a worker does (modes, retries, dead letters, shutdown, sleeping and wake-up
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import threading
@@ -14,9 +15,10 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, Final, TypeAlias, TypeVar, Unpack
 
 from tenacity import (
+    RetryCallState,
     retry_if_exception,
     stop_after_delay,
     wait_random_exponential,
@@ -26,6 +28,7 @@ from . import wakeups
 from .concurrency_async import (
     AsyncConnection,
     AsyncRetrying,
+    Call,
     Condition,
     Event,
     HandlerRunner,
@@ -43,7 +46,7 @@ from .concurrency_async import (
 )
 from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
-from .messages import AsyncEnvelope
+from .messages import Envelope
 from .notifier_async import listen
 from .outages import patience
 from .queue_async import AsyncDelayedQueue
@@ -56,14 +59,17 @@ from .worker_base import (
     ProcessingMode,
     Rotation,
     WorkerBase,
+    WorkerSettings,
     error_text,
     trouble,
 )
 
 log = logging.getLogger("sqldelay.worker")
 
+T = TypeVar("T")
 
-class AsyncWorker(WorkerBase):
+
+class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
     """Runs ``handler(envelope)`` (transactional mode: ``handler(envelope, connection)``) on
     every message of ``queue``; returning acks the message, raising retries it. The settings
     are ``WorkerBase``'s; the runner's ``HandlerRunner`` says how a handler is called."""
@@ -74,7 +80,7 @@ class AsyncWorker(WorkerBase):
     def __init__(self, queues: AsyncDelayedQueue | AsyncShardedQueue
                  | Mapping[str, AsyncDelayedQueue] | Sequence[AsyncDelayedQueue],
                  handler: Callable[..., Any],
-                 **settings) -> None:
+                 **settings: Unpack[WorkerSettings]) -> None:
         super().__init__(queues, handler, **settings)
         HandlerRunner.check(handler)
         self.dead_letters = {name: AsyncDeadLetters.of(q) for name, q in self.queues.items()}
@@ -97,10 +103,10 @@ class AsyncWorker(WorkerBase):
         self._lock = Lock()
         self._work = Condition(self._lock)
         self._state = Condition(self._lock)
-        self._buffer: deque[AsyncEnvelope] = deque()  # claimed, not started
-        self._running: set[AsyncEnvelope] = set()
-        self._to_ack: list[AsyncEnvelope] = []  # handled, their acks not yet sent
-        self._acking: set[AsyncEnvelope] = set()  # their acks on their way
+        self._buffer: deque[Envelope[AsyncDelayedQueue]] = deque()  # claimed, not started
+        self._running: set[Envelope[AsyncDelayedQueue]] = set()
+        self._to_ack: list[Envelope[AsyncDelayedQueue]] = []  # handled, their acks not yet sent
+        self._acking: set[Envelope[AsyncDelayedQueue]] = set()  # their acks on their way
         self._acks_waiting = Event()  # set when _to_ack gains an envelope
         self._idle_handlers = 0
         self._closing = False
@@ -271,7 +277,7 @@ class AsyncWorker(WorkerBase):
                 self._events.emit("idle")
             await self._sleep_until_due()
 
-    async def _claim_and_hand_off(self) -> list | None:
+    async def _claim_and_hand_off(self) -> list[Envelope[AsyncDelayedQueue]] | None:
         """``_claim_next``: what it claimed, already in the handlers' buffer."""
         self._waited = False
         batch, full = await self._claim_next()
@@ -279,7 +285,8 @@ class AsyncWorker(WorkerBase):
         return batch
 
     async def _claim_into_buffer(self, queue: AsyncDelayedQueue, count: int,
-                                 acks: list[AsyncEnvelope] | None = None) -> list:
+                                 acks: list[Envelope[AsyncDelayedQueue]] | None = None
+                                 ) -> list[Envelope[AsyncDelayedQueue]]:
         """Claim up to ``count`` messages of ``queue`` and put them in the handlers' buffer
         as soon as they arrive: from there the heartbeat renews their locks. Two claims side
         by side each hand theirs over on its own; the first batch waiting for the second
@@ -309,7 +316,7 @@ class AsyncWorker(WorkerBase):
         await self._patiently(self._flush_acks)
         return not await self._due_now()
 
-    async def _claim_next(self) -> tuple[list | None, bool]:
+    async def _claim_next(self) -> tuple[list[Envelope[AsyncDelayedQueue]] | None, bool]:
         """Claim from the queues in turn until one has something (None: stopped meanwhile),
         and whether it took all it asked for; what was claimed is in the handlers' buffer.
 
@@ -348,7 +355,7 @@ class AsyncWorker(WorkerBase):
                 return batch, len(batch) == count * at_once
         return [], False
 
-    async def _acks_along(self, queue: AsyncDelayedQueue) -> list[AsyncEnvelope]:
+    async def _acks_along(self, queue: AsyncDelayedQueue) -> list[Envelope[AsyncDelayedQueue]]:
         """The acks waiting for the ack loop that the claim of ``queue`` about to be sent can
         carry in its own statement (``DelayedQueue.poll_many(ack=)``, PostgreSQL): one round
         trip then acks the finished batch and claims the next. Only a claim that is coming
@@ -362,7 +369,7 @@ class AsyncWorker(WorkerBase):
                 self._acking.update(acks)
         return acks
 
-    async def _acks_back(self, acks: list[AsyncEnvelope]) -> None:
+    async def _acks_back(self, acks: list[Envelope[AsyncDelayedQueue]]) -> None:
         async with self._lock:
             self._acking.difference_update(acks)
             self._to_ack[:0] = acks  # acks are idempotent: send them again later
@@ -377,7 +384,8 @@ class AsyncWorker(WorkerBase):
         return False
 
     async def _handler_loop(self) -> None:
-        done: tuple[AsyncEnvelope, bool, bool] | None = None  # the last message handled
+        # the last message handled
+        done: tuple[Envelope[AsyncDelayedQueue], bool, bool] | None = None
         while True:
             # one turn of the lock a message: the end of the last one and the start of the next
             async with self._lock:
@@ -396,7 +404,7 @@ class AsyncWorker(WorkerBase):
             ok = held and await self._process(envelope)
             done = envelope, held, ok
 
-    def _handler_done(self, envelope: AsyncEnvelope, held: bool, ok: bool) -> None:
+    def _handler_done(self, envelope: Envelope[AsyncDelayedQueue], held: bool, ok: bool) -> None:
         """Under the lock: ``envelope`` handled (``held``: here, not by another consumer;
         ``ok``: its handler returned), its ack to send unless its handler settled it."""
         self._running.discard(envelope)
@@ -417,7 +425,7 @@ class AsyncWorker(WorkerBase):
             # its group or a slot under a cap
             self._wake.set()
 
-    async def _held(self, envelope: AsyncEnvelope) -> bool:
+    async def _held(self, envelope: Envelope[AsyncDelayedQueue]) -> bool:
         """Whether the worker still holds ``envelope``, about to be handled: a lock that
         expired while it waited in the buffer (no heartbeat, or one that could not reach the
         database) is renewed first, unless another consumer took the message meanwhile, which
@@ -435,7 +443,7 @@ class AsyncWorker(WorkerBase):
                     "was claimed again or changed meanwhile: not handled here", envelope.key)
         return False
 
-    async def _process(self, envelope: AsyncEnvelope) -> bool:
+    async def _process(self, envelope: Envelope[AsyncDelayedQueue]) -> bool:
         self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
@@ -484,8 +492,9 @@ class AsyncWorker(WorkerBase):
             async with self._lock:
                 self._acking.difference_update(batch)
 
-    async def _send_acks(self, batch: list[AsyncEnvelope]) -> bool:
-        later: list[AsyncEnvelope] = []  # of queues that are down (isolated), for their return
+    async def _send_acks(self, batch: list[Envelope[AsyncDelayedQueue]]) -> bool:
+        # of queues that are down (isolated), for their return
+        later: list[Envelope[AsyncDelayedQueue]] = []
         try:
             for envelopes in _by_queue(batch):
                 name = self._name_of[id(envelopes[0].queue)]
@@ -589,7 +598,7 @@ class AsyncWorker(WorkerBase):
                 await conn.rollback()
                 return 0
             self._events.emit("picked", batch)
-            done: list[tuple[AsyncEnvelope, float]] = []
+            done: list[tuple[Envelope[AsyncDelayedQueue], float]] = []
             for i, envelope in enumerate(batch):
                 if self._stop.is_set():
                     for rest in batch[i:]:
@@ -623,7 +632,7 @@ class AsyncWorker(WorkerBase):
 
     # ---- failures ------------------------------------------------------------------------------
 
-    async def _fail(self, envelope: AsyncEnvelope, error: Exception,
+    async def _fail(self, envelope: Envelope[AsyncDelayedQueue], error: Exception,
                     conn: AsyncConnection | None) -> None:
         """Retry later, or bury after the last allowed attempt (in ``conn``'s transaction when
         given)."""
@@ -693,7 +702,7 @@ class AsyncWorker(WorkerBase):
                         if envelope not in kept:
                             await self._lost(envelope)
 
-    async def _lost(self, envelope: AsyncEnvelope) -> None:
+    async def _lost(self, envelope: Envelope[AsyncDelayedQueue]) -> None:
         """The lock of ``envelope`` is gone (acked meanwhile, or taken by another consumer
         after it expired): if its handler has not started, it never will here."""
         async with self._lock:
@@ -731,7 +740,7 @@ class AsyncWorker(WorkerBase):
 
     # ---- riding out a lost database ------------------------------------------------------------
 
-    async def _patiently(self, fn: Callable[[], Any], *, until: Event | None = None) -> Any:
+    async def _patiently(self, fn: Call[T], *, until: Event | None = None) -> T | None:
         """Run ``fn``, retrying with backoff while the database is unreachable, until ``until``
         (default: stop) is set; None when it was set first. Other errors propagate."""
         event = self._stop if until is None else until
@@ -747,7 +756,7 @@ class AsyncWorker(WorkerBase):
             wait=wait_random_exponential(multiplier=0.05, max=MAX_BACKOFF),
             stop=lambda state: event.is_set(), sleep=pause, reraise=True,
             before_sleep=self._outage)
-        async def attempt() -> Any:  # an async def, so the retrying awaits what fn returns
+        async def attempt() -> T:  # an async def, so the retrying awaits what fn returns
             return await _at_once(fn)
 
         try:
@@ -757,8 +766,8 @@ class AsyncWorker(WorkerBase):
                 return None
             raise
 
-    async def _patiently_on(self, name: str, fn: Callable[[], Any], *,
-                            patient: bool = True) -> Any:
+    async def _patiently_on(self, name: str, fn: Call[T], *,
+                            patient: bool = True) -> T | _Down | None:
         """``_patiently(fn)`` for the queue named ``name``, or, when the worker's queues are
         isolated (on several engines), one attempt: when it finds the queue's database
         unreachable, the queue sits out a backoff and _DOWN is returned, so the others are
@@ -783,19 +792,21 @@ class AsyncWorker(WorkerBase):
             self._rotation.reachable(name)
         return result
 
-    def _outage(self, state) -> None:
+    def _outage(self, state: RetryCallState) -> None:
+        assert state.outcome is not None  # called before a retry: after an attempt that raised
         error = state.outcome.exception()
+        assert error is not None
         log.warning("%s, retrying in %.2fs: %s: %s", trouble(error, self.queues.values()),
                     state.upcoming_sleep, type(error).__name__, str(error).splitlines()[0])
         self._events.emit("crashed", error, True)
 
-    async def _until(self, deadline: float, fn: Callable[[], Any]) -> None:
+    async def _until(self, deadline: float, fn: Call[T]) -> None:
         """Shutdown work: retry through an outage until ``deadline``, then give up (logged)."""
         retrying = AsyncRetrying(
             retry=retry_if_exception(self.is_outage),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             stop=stop_after_delay(max(0.0, deadline - time.monotonic())), reraise=True)
-        async def attempt() -> Any:
+        async def attempt() -> T:
             return await _at_once(fn)
 
         try:
@@ -804,10 +815,16 @@ class AsyncWorker(WorkerBase):
             log.warning("giving up at shutdown: %s: %s", type(exc).__name__, exc)
 
 
-_DOWN = object()  # what _patiently_on answers for a queue whose database is down
+class _Down(enum.Enum):
+    DOWN = enum.auto()
 
 
-async def _at_once(fn: Callable[[], Any]) -> Any:
+_DOWN: Final = _Down.DOWN  # what _patiently_on answers for a queue whose database is down
+# what a claim of _claim_next answers: its batch, _DOWN, or None (the worker stopped)
+_Claimed: TypeAlias = list[Envelope[AsyncDelayedQueue]] | _Down | None
+
+
+async def _at_once(fn: Call[T]) -> T:
     """``fn()`` of the worker's own, which raises at once when the database is unreachable
     (``patience(0)``): the worker waits out an outage between its calls, where it hears
     ``stop`` and its heartbeat goes on, not inside one. A handler keeps its queue's patience
@@ -816,8 +833,8 @@ async def _at_once(fn: Callable[[], Any]) -> Any:
         return await fn()
 
 
-async def _claimed_side_by_side(first: Callable[[], Any], others: list[Callable[[], Any]]
-                                ) -> Any:
+async def _claimed_side_by_side(first: Call[_Claimed], others: list[Call[_Claimed]]
+                                ) -> _Claimed:
     """Claims side by side: their batches as one; None where none claimed because the worker
     stopped, _DOWN where all found the database down."""
     outcomes = await side_by_side([first, *others])
@@ -830,9 +847,10 @@ async def _claimed_side_by_side(first: Callable[[], Any], others: list[Callable[
     return None if any(outcome is None for outcome in outcomes) else _DOWN
 
 
-def _by_queue(envelopes: list[AsyncEnvelope]) -> list[list[AsyncEnvelope]]:
+def _by_queue(envelopes: list[Envelope[AsyncDelayedQueue]]
+              ) -> list[list[Envelope[AsyncDelayedQueue]]]:
     """Envelopes grouped by the queue that claimed them, each group in order."""
-    groups: dict[int, list[AsyncEnvelope]] = {}
+    groups: dict[int, list[Envelope[AsyncDelayedQueue]]] = {}
     for envelope in envelopes:
         groups.setdefault(id(envelope.queue), []).append(envelope)
     return list(groups.values())

@@ -40,7 +40,7 @@ import random
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 import sqlalchemy as sa
 
@@ -53,8 +53,12 @@ from .listeners import Listeners, LoggingListener, WorkerListener
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:  # the sharded module imports this one
+    from .messages import Envelope
     from .queue_base import QueueBase
     from .sharded_base import ShardedBase
+
+# the front end's queue class: DelayedQueue or AsyncDelayedQueue
+_Q = TypeVar("_Q", bound="QueueBase")
 
 # the floor of an idle sleep when the earliest due message is already due but was not claimable
 # (another worker's transaction holds it): a short nap, not a busy loop
@@ -68,17 +72,37 @@ class ProcessingMode(enum.Enum):
     TRANSACTIONAL = "transactional"
 
 
+class WorkerSettings(TypedDict, total=False):
+    """The settings a worker takes by keyword, as ``WorkerBase.__init__`` names them (the
+    front ends pass them on as they are): a setting added there is added here too."""
+
+    concurrency: int
+    batch_size: int | None
+    retry: RetryPolicy | None
+    mode: ProcessingMode
+    idle_poll: timedelta
+    grace_period: timedelta
+    heartbeat: timedelta | None
+    ack_window: timedelta
+    listeners: Sequence[WorkerListener] | None
+    wake_ups: bool
+    limits: Mapping[str, int] | None
+    name: str | None
+    prune_every: timedelta | None
+    processes: int
+
+
 def default_retry() -> RetryPolicy:
     return RetryPolicy.exponential(timedelta(seconds=1), 2, max_delay=timedelta(hours=1),
                                    max_attempts=10)
 
 
-class WorkerBase:
+class WorkerBase(Generic[_Q]):
     """Runs ``handler(envelope)`` (transactional mode: ``handler(envelope, connection)``) on
     every message of ``queue``; returning acks the message, raising retries it."""
 
-    queue_class: type[QueueBase]  # the front end's queue class, set by each worker class
-    sharded_class: type[ShardedBase]  # and its sharded queue class
+    queue_class: type[_Q]  # the front end's queue class, set by each worker class
+    sharded_class: type[ShardedBase[_Q]]  # and its sharded queue class
 
     def __init__(self, queues: Any, handler: Callable[..., Any], *,
                  concurrency: int = 1, batch_size: int | None = None,
@@ -171,7 +195,7 @@ class WorkerBase:
         return (f"{type(self).__name__}({list(self.queues.values())!r}, mode={self.mode.value}, "
                 f"concurrency={self.concurrency}, batch_size={self.batch_size})")
 
-    def _named_queues(self, queues: Any) -> dict[str, Any]:
+    def _named_queues(self, queues: Any) -> dict[str, _Q]:
         """The worker's queues by name, from one queue, a sequence of them, or a mapping of
         names to them; a sharded queue stands for its shards, named as it names them."""
         if isinstance(queues, self.queue_class):
@@ -202,14 +226,14 @@ class WorkerBase:
                 raise InvalidArgumentError(f"queue names must be non-empty str, got {name!r}")
         return named
 
-    def pruned_queues(self) -> list[Any]:
+    def pruned_queues(self) -> list[_Q]:
         """The queues whose history this worker prunes: those kept for a retention."""
         if self.prune_every is None:
             return []
         return [q for q in self.queues.values()
                 if q.history_settings is not None and q.history_settings.retention is not None]
 
-    def retry_delay(self, attempt: int, envelope: Any = None,
+    def retry_delay(self, attempt: int, envelope: Envelope[QueueBase] | None = None,
                     error: BaseException | None = None) -> timedelta | None:
         """How long a message whose attempt ``attempt`` failed waits; None: bury it. A
         handler with a ``retry_policy_for(envelope, error)`` method (a task registry,
@@ -239,11 +263,12 @@ class WorkerBase:
         if not callable(size):
             return 2
         others = 1 + (self.heartbeat is not None) + (not until_idle and self.wake_ups)
-        return max(2, min(MAX_CLAIMS_AT_ONCE, size() - others))
+        pooled: int = size()  # found by name: the pool classes that keep connections have it
+        return max(2, min(MAX_CLAIMS_AT_ONCE, pooled - others))
 
-    def listening_groups(self) -> list[list[Any]]:
+    def listening_groups(self) -> list[list[_Q]]:
         """The queues that can be woken, grouped by engine and table (one listener each)."""
-        groups: dict[tuple[int, str], list[Any]] = {}
+        groups: dict[tuple[int, str], list[_Q]] = {}
         for q in self.queues.values():
             if q.dao.notifications:
                 groups.setdefault((id(q.engine), q.dao.table.name), []).append(q)
@@ -305,7 +330,8 @@ class Rotation:
         """``name`` is unreachable: it sits out a backoff (exponential, jittered, at most
         MAX_BACKOFF), returned in seconds."""
         self.failures[name] += 1
-        backoff = min(MAX_BACKOFF, self.FIRST_BACKOFF * 2 ** min(self.failures[name] - 1, 16))
+        backoff: float = min(MAX_BACKOFF,
+                             self.FIRST_BACKOFF * 2 ** min(self.failures[name] - 1, 16))
         backoff *= random.uniform(0.5, 1.0)
         self.down_until[name] = now + backoff
         return backoff
@@ -329,7 +355,7 @@ class Rotation:
             self.quiet_until[name] = 0.0
 
 
-def is_outage(exc: BaseException, queues: Iterable[Any]) -> bool:
+def is_outage(exc: BaseException, queues: Iterable[QueueBase]) -> bool:
     """Whether ``exc`` says the database of ``queues`` is lost or unreachable (or a transient
     error): worth riding out. Some async drivers (asyncpg) let the socket's own error through
     when connecting. A missing table or index is not one, though SQLite reports it as an
@@ -346,7 +372,7 @@ def is_outage(exc: BaseException, queues: Iterable[Any]) -> bool:
                for q in queues))
 
 
-def trouble(exc: BaseException, queues: Iterable[Any]) -> str:
+def trouble(exc: BaseException, queues: Iterable[QueueBase]) -> str:
     """What an error worth riding out is, for the log: a deadlock or a lock wait that timed
     out is the database at work, not a database gone."""
     if isinstance(exc, sa.exc.DBAPIError) and not exc.connection_invalidated and any(
