@@ -255,6 +255,9 @@ class Dialect(Protocol):
                      count: int | None = None) -> list[str]:
         """Delete the messages meeting ``where``; their keys."""
 
+    def acks_of(self, count: int) -> sa.Delete:
+        """The ack of ``count`` messages (parameters lock and ids): one DELETE."""
+
     def lock_acked(self, conn: sa.Connection, ids: Sequence[int]) -> None:
         """Lock an ack's rows, in the order its deletions must take them, before them."""
 
