@@ -12,11 +12,13 @@ only when asked for).
 
 An ack sent in the next claim's statement (``poll_many(ack=...)``, a PostgreSQL worker's acks)
 is an ``ack`` span around that ``claim`` span: one round trip did both.
-with ``messaging.system`` = ``sqldelay``, ``messaging.destination.name`` = the queue,
+
+Each span has ``messaging.system`` = ``sqldelay``, ``messaging.destination.name`` = the queue,
 ``messaging.operation.name``, ``messaging.batch.message_count`` for batches and
 ``messaging.message.id`` (the key) on a handler's span, with ``messaging.sqldelay.task`` the
 task's name for a task message (``sqldelay.tasks``: a name a registry of the worker's process
-has, else ``(unregistered)``; the conventions name no attribute for it). An offer stores the
+has, else ``(unregistered)``; the conventions name no attribute for it), and on the offer of a
+task's ``defer`` the task's name too. An offer stores the
 producer's W3C ``traceparent`` with each message it creates or changes; the handler's span,
 days later in another process, links to it (a link, not a parent: the request that scheduled a
 reminder has long ended when the reminder is sent), and the handler runs inside its span.
@@ -38,7 +40,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .messages import Envelope
 from .tasks_base import task_label
-from .tracing import ACK, CLAIM, OFFER, Tracer
+from .tracing import ACK, CLAIM, OFFER, Tracer, deferring
 
 if TYPE_CHECKING:
     from .queue_base import QueueBase
@@ -67,6 +69,8 @@ class OpenTelemetryTracer(Tracer):
         attributes = _attributes(queue, operation, operation_type)
         if count is not None and count != 1:
             attributes["messaging.batch.message_count"] = count
+        if operation == OFFER and (task := deferring.get()) is not None:
+            attributes["messaging.sqldelay.task"] = task
         with self._tracer.start_as_current_span(f"{operation} {queue}", kind=kind,
                                                 attributes=attributes):
             yield

@@ -37,6 +37,7 @@ from .tasks_base import (
     status_op,
     timeout_seconds,
 )
+from .tracing import deferring
 
 log = logging.getLogger("sqldelay.tasks")
 
@@ -257,12 +258,15 @@ class Task(TaskBase):
         if not messages:
             return []
         since = self.queue.now_ms() - _SINCE_MARGIN_MS
+        named = deferring.set(self.name)  # the offer's span names the task
         try:
             outcomes = self.queue.offer_many(messages, connection=connection)
         except PayloadError as exc:  # named in the arguments as stored (models encoded)
             self.explain_payload_error(exc, [(m.payload.get("args", []),
                                               m.payload.get("kwargs", {})) for m in messages])
             raise
+        finally:
+            deferring.reset(named)
         return [TaskHandle(self.queue, m.key, task=self.name, outcome=outcome,
                            keeps_results=self.keeps_results, since_ms=since)
                 for m, outcome in zip(messages, outcomes, strict=True)]

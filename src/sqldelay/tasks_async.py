@@ -35,6 +35,7 @@ from .tasks_base import (
     status_op,
     timeout_seconds,
 )
+from .tracing import deferring
 
 log = logging.getLogger("sqldelay.tasks")
 
@@ -255,12 +256,15 @@ class AsyncTask(TaskBase):
         if not messages:
             return []
         since = self.queue.now_ms() - _SINCE_MARGIN_MS
+        named = deferring.set(self.name)  # the offer's span names the task
         try:
             outcomes = await self.queue.offer_many(messages, connection=connection)
         except PayloadError as exc:  # named in the arguments as stored (models encoded)
             self.explain_payload_error(exc, [(m.payload.get("args", []),
                                               m.payload.get("kwargs", {})) for m in messages])
             raise
+        finally:
+            deferring.reset(named)
         return [AsyncTaskHandle(self.queue, m.key, task=self.name, outcome=outcome,
                                 keeps_results=self.keeps_results, since_ms=since)
                 for m, outcome in zip(messages, outcomes, strict=True)]

@@ -11,6 +11,7 @@ claimed message carries it back (``Envelope.trace_context``), for ``process`` to
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from .messages import Envelope
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from .queue_base import QueueBase
 
 OFFER, CLAIM, ACK = "offer", "claim", "ack"
+
+# the task whose calls the offer under way defers (set by a task's defer, ``tasks``), for a
+# tracer to name on the offer's span; None for any other offer
+deferring: ContextVar[str | None] = ContextVar("sqldelay_deferring", default=None)
 
 
 class Tracer:

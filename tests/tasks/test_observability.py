@@ -58,3 +58,7 @@ def test_a_worker_reports_each_task_by_name(engine, table_name, spans):
     assert sorted(by_key.pop("stray") + by_key.pop("plain"), key=str) == [UNREGISTERED, None]
     assert sorted(map(tuple, by_key.values())) == [
         ("emails.send",), ("emails.send",), ("reports.build", "reports.build")]
+    # the producer's side: each defer's offer names its task, a plain offer none
+    offers = [s.attributes.get("messaging.sqldelay.task")
+              for s in exporter.get_finished_spans() if s.name == f"offer {queue.name}"]
+    assert offers == ["emails.send", "emails.send", "reports.build", None, None]
