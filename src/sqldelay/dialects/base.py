@@ -13,14 +13,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 
 from ..errors import UnsupportedDialectError
 from ..messages import OfferOutcome
-from .common import AUTOCOMMIT, ErrorKind, chunked
+from .common import AUTOCOMMIT, AnySelect, ById, ErrorKind, T, chunked
 from .flow import Control, FlowControl, claim_order
+
+if TYPE_CHECKING:
+    from ..schema import MigrationOps
 
 # "!" has no meaning in any supported database's string literals (a backslash has in MySQL's)
 LIKE_ESCAPE = "!"
@@ -35,7 +38,7 @@ class OfferRow:
     priority: int = 0
     group: str | None = None
 
-    def state(self) -> tuple:
+    def state(self) -> tuple[bytes, int, int, str | None]:
         """What an update compares: an existing message with all of it equal is IGNORED."""
         return self.payload, self.at_ms, self.priority, self.group
 
@@ -143,8 +146,6 @@ def row_name(name: str) -> str:
     return f"{name}_{_ROW}"
 
 
-_ById = TypeVar("_ById", sa.Select, sa.Update)
-T = TypeVar("T")
 log = logging.getLogger("sqldelay")
 
 
@@ -211,8 +212,9 @@ class QueueDao(FlowControl):
         self.claim_index = f"{t.name}_kind_prio_ix"
         # a group's messages in the group's order: (pkind, group_key, priority DESC, …)
         self.group_index = f"{t.name}_kind_group_ix"
-        self._insert_sql: dict[tuple, tuple[str, list[str] | None]] = {}
-        self._due_selects: dict[tuple[str, ...], sa.Select] = {}
+        self._insert_sql: dict[tuple[str, str, int, tuple[str, ...]],
+                               tuple[str, list[str] | None]] = {}
+        self._due_selects: dict[tuple[str, ...], AnySelect] = {}
         # in the order of ClaimedRow's fields
         self._claim_columns = (t.c.id, t.c.pkey, t.c.payload, t.c.scheduled_at,
                                t.c.scheduled_at_initially, t.c.created_at, t.c.deliveries,
@@ -233,7 +235,7 @@ class QueueDao(FlowControl):
         self._mark_claimed = {False: mark,
                               True: mark.values(claimed_by=sa.bindparam("actor"))}
 
-    def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
+    def held_by(self, lock: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
         """The message is claimed under ``lock`` (a condition beside its id, which finds it)."""
         return self.table.c.lock_uuid == lock
 
@@ -243,7 +245,7 @@ class QueueDao(FlowControl):
 
     # ---- statements on rows named by id --------------------------------------------------
 
-    def by_id(self, stmt: _ById, table: sa.Table, count: int | None = None) -> _ById:
+    def by_id(self, stmt: ById, table: sa.Table, count: int | None = None) -> ById:
         """``stmt``, a read or an update of rows of ``table`` named by id (a list of them,
         ``count`` long where known, with any other condition), reaching them through the
         primary key whatever the planner makes of the table's size (MySQL: a small table
@@ -291,7 +293,7 @@ class QueueDao(FlowControl):
         return []
 
     @classmethod
-    def widen_error_text_op(cls, op, table_name: str, online: bool) -> None:
+    def widen_error_text_op(cls, op: MigrationOps, table_name: str, online: bool) -> None:
         """Migration 0003: make ``<table>_dead.last_error`` hold ERROR_LENGTH characters of
         any text, on databases whose first column type could not (``online``: the migration
         runs against a live database, which can be inspected first). Nothing to do here."""
@@ -312,12 +314,12 @@ class QueueDao(FlowControl):
         there and deadlocks on them (MySQL's REPEATABLE READ), READ COMMITTED."""
 
     # the driver's error codes (as ``error_code`` reads them) for each kind of error
-    duplicate_key_codes: ClassVar[frozenset] = frozenset()
-    transient_codes: ClassVar[frozenset] = frozenset()
-    unavailable_codes: ClassVar[frozenset] = frozenset()
-    missing_table_codes: ClassVar[frozenset] = frozenset()
+    duplicate_key_codes: ClassVar[frozenset[object]] = frozenset()
+    transient_codes: ClassVar[frozenset[object]] = frozenset()
+    unavailable_codes: ClassVar[frozenset[object]] = frozenset()
+    missing_table_codes: ClassVar[frozenset[object]] = frozenset()
     # the transient ones that are deadlocks (counted apart: ``retry_counts``)
-    deadlock_codes: ClassVar[frozenset] = frozenset()
+    deadlock_codes: ClassVar[frozenset[object]] = frozenset()
 
     @classmethod
     def server_time(cls) -> sa.Executable:
@@ -444,7 +446,8 @@ class QueueDao(FlowControl):
         ``events``: as for ``offer``."""
         self.insert_rows(conn, self.table, self.row_params(pkind, rows, now_ms, actor))
 
-    def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:
+    def insert_rows(self, conn: sa.Connection, table: sa.Table,
+                    params: Sequence[dict[str, Any]]) -> None:
         """Insert ``params`` (dicts with the same keys) into ``table`` with one multi-row
         INSERT per as many rows as a statement's bound values allow (an offer chunk is one)."""
         columns = [c.name for c in table.columns if c.name in params[0]]  # table order
@@ -484,11 +487,12 @@ class QueueDao(FlowControl):
             self._insert_sql[key] = (sql, names)
         return self._insert_sql[key]
 
-    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str]) -> Iterable:
+    def existing_rows(self, conn: sa.Connection, pkind: str,
+                      keys: Sequence[str]) -> Iterable[Sequence[Any]]:
         """The offer's locking read: the rows of ``keys`` that exist, locked."""
         return conn.execute(self._existing, {"b_kind": pkind, "keys": keys})
 
-    def select_existing(self) -> sa.Select:
+    def select_existing(self) -> AnySelect:
         """The offer's locking read of the existing rows of the keys it offers (parameters
         b_kind and keys, a list)."""
         t = self.table
@@ -518,7 +522,7 @@ class QueueDao(FlowControl):
 
     @staticmethod
     def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int,
-                   actor: str | None = None) -> list[dict]:
+                   actor: str | None = None) -> list[dict[str, Any]]:
         """The column values of new rows (``enqueued_by`` only when ``actor`` is given)."""
         extra = {} if actor is None else {"enqueued_by": actor}
         return [{"pkind": pkind, "pkey": r.key, "payload": r.payload, "scheduled_at": r.at_ms,
@@ -671,7 +675,7 @@ class QueueDao(FlowControl):
 
     def claim_returning(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                         lock: str, until_ms: int, where: Sequence[str], actor: str | None,
-                        row: Callable[[Sequence], ClaimedRow]) -> list[ClaimedRow]:
+                        row: Callable[[Sequence[Any]], ClaimedRow]) -> list[ClaimedRow]:
         """The claim where it is one statement (the dialect's ``_claim_statement``) that
         returns the claimed rows, ``row`` making each a ClaimedRow: put in claim order, as
         RETURNING and OUTPUT give them in none of their own."""
@@ -681,7 +685,7 @@ class QueueDao(FlowControl):
 
     @staticmethod
     def claim_values(pkind: str, now_ms: int, limit: int, lock: str, until_ms: int,
-                     actor: str | None) -> dict:
+                     actor: str | None) -> dict[str, Any]:
         """The parameters of a claim statement that marks what it claims and returns it."""
         values = {"b_kind": pkind, "b_now": now_ms, "limit": limit, "lock": lock,
                   "until": until_ms}
@@ -697,13 +701,13 @@ class QueueDao(FlowControl):
             conn.execute(stmt, {"ids": chunk, "lock": lock, "until": until_ms, **by})
 
     @staticmethod
-    def claimed_row(r: Sequence) -> ClaimedRow:
+    def claimed_row(r: Sequence[Any]) -> ClaimedRow:
         """A ClaimedRow from a row of ``_claim_columns`` read before it was marked claimed."""
         return ClaimedRow(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6] + 1, r[7], r[8],
                           r[9], r[10], r[11], r[12])
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                 where: Sequence[str]) -> Sequence[Sequence]:
+                 where: Sequence[str]) -> Sequence[Sequence[Any]]:
         """Lock and read up to ``limit`` due rows, as ``_claim_columns`` in claim order."""
         return conn.execute(self.select_due(tuple(where)),
                             self.due_params(pkind, now_ms, limit)).fetchall()
@@ -712,7 +716,7 @@ class QueueDao(FlowControl):
         """The parameters of ``select_due``'s statement."""
         return {"b_kind": pkind, "b_now": now_ms, "b_limit": limit}
 
-    def select_due(self, where: tuple[str, ...] = ()) -> sa.Select:
+    def select_due(self, where: tuple[str, ...] = ()) -> AnySelect:
         """``pick_due``'s statement (parameters b_kind, b_now, b_limit), built once per set of
         claim conditions (``build_select_due``): built per claim, its construction and cache
         key cost the client more than the database's read of a hundred rows."""
@@ -720,11 +724,11 @@ class QueueDao(FlowControl):
             stmt = self._due_selects[where] = self.build_select_due(where)
         return stmt
 
-    def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
+    def build_select_due(self, where: tuple[str, ...]) -> AnySelect:
         stmt = self.due_read(where)
         return stmt.with_for_update(skip_locked=True) if self.skip_locked else stmt
 
-    def due_read(self, where: tuple[str, ...]) -> sa.Select:
+    def due_read(self, where: tuple[str, ...]) -> AnySelect:
         """The first ``b_limit`` due rows meeting the claim conditions ``where``, as
         ``_claim_columns`` in claim order, read without locks."""
         t = self.table
@@ -805,11 +809,11 @@ class QueueDao(FlowControl):
 
     # ---- reads and deletes by key --------------------------------------------------------
 
-    def select_by_key(self, pkind: str, key: str) -> sa.Select:
+    def select_by_key(self, pkind: str, key: str) -> AnySelect:
         t = self.table
         return sa.select(t).where(t.c.pkind == pkind, t.c.pkey == key)
 
-    def exists_key(self, pkind: str, key: str) -> sa.Select:
+    def exists_key(self, pkind: str, key: str) -> AnySelect:
         t = self.table
         return sa.select(sa.literal(1)).where(t.c.pkind == pkind, t.c.pkey == key)
 
@@ -840,14 +844,14 @@ class QueueDao(FlowControl):
             conn.execute(sa.update(t).where(t.c.pkind == pkind, t.c.pkey.in_(chunk))
                          .values(trace_context=context))
 
-    def select_next_due(self, pkind: str) -> sa.Select:
+    def select_next_due(self, pkind: str) -> AnySelect:
         """The earliest due time (or lock expiry) of a queue: one step down its due index."""
         t = self.table
         return sa.select(sa.func.min(t.c.scheduled_at)).where(t.c.pkind == pkind)
 
     # ---- key prefixes (cron schedules live under "{prefix}/...") ---------------------------
 
-    def prefix_match(self, column: sa.ColumnElement, prefix: str) -> sa.ColumnElement[bool]:
+    def prefix_match(self, column: sa.ColumnElement[str], prefix: str) -> sa.ColumnElement[bool]:
         """``column`` starts with ``prefix`` taken literally: LIKE metacharacters are escaped."""
         special = set(self.like_specials) | {LIKE_ESCAPE}
         escaped = "".join(LIKE_ESCAPE + c if c in special else c for c in prefix)
@@ -872,16 +876,16 @@ class QueueDao(FlowControl):
             where.append(t.c.scheduled_at > now_ms)
         return where
 
-    def select_key_prefix(self, pkind: str, prefix: str) -> sa.Select:
+    def select_key_prefix(self, pkind: str, prefix: str) -> AnySelect:
         """Keys, requested due times and lock state of the messages under ``prefix``."""
         t = self.table
         return (sa.select(t.c.pkey, t.c.scheduled_at_initially, t.c.scheduled_at, t.c.lock_uuid)
                 .where(t.c.pkind == pkind, self.prefix_match(t.c.pkey, prefix)))
 
-    def select_stats(self, pkind: str, now_ms: int) -> sa.Select:
+    def select_stats(self, pkind: str, now_ms: int) -> AnySelect:
         return sa.select(*self._stats_columns(now_ms)).where(self.table.c.pkind == pkind)
 
-    def select_stats_by_kind(self, now_ms: int) -> sa.Select:
+    def select_stats_by_kind(self, now_ms: int) -> AnySelect:
         """``select_stats`` of every partition (queue name + payload type) at once, as rows
         led by ``pkind``: one pass over the table, for listing every queue."""
         t = self.table
@@ -889,7 +893,7 @@ class QueueDao(FlowControl):
                 .group_by(t.c.pkind).order_by(t.c.pkind))
 
     def select_stats_page(self, dead: sa.Table, now_ms: int, limit: int, after: str | None,
-                          prefix: str | None) -> sa.Select:
+                          prefix: str | None) -> AnySelect:
         """``select_stats_by_kind`` of at most ``limit`` partitions, those after ``after`` in
         the column's (byte) order whose queue name starts with ``prefix``, each with its count
         of dead letters (``dead``, the dead-letter table; a partition with dead letters only is
@@ -920,7 +924,7 @@ class QueueDao(FlowControl):
                           sa.func.sum(both.c.dead_letters).label("dead_letters"))
                 .group_by(both.c.pkind).order_by(both.c.pkind).limit(limit))
 
-    def _stats_columns(self, now_ms: int) -> list[sa.ColumnElement]:
+    def _stats_columns(self, now_ms: int) -> list[sa.ColumnElement[Any]]:
         """Due (lock expired included), scheduled (not yet due, unlocked), in flight (locked,
         lock not expired) and the earliest due time among the due."""
         t = self.table
@@ -938,7 +942,7 @@ class QueueDao(FlowControl):
         ]
 
     def select_page(self, pkind: str, state: str, now_ms: int, limit: int,
-                    key_prefix: str | None, after: tuple[int, int] | None) -> sa.Select:
+                    key_prefix: str | None, after: tuple[int, int] | None) -> AnySelect:
         """Up to ``limit`` messages of ``pkind`` in ``state`` ("due": due now, expired locks
         included; "in_flight": locked, lock not expired; "scheduled": not yet due, unlocked),
         in due order (``scheduled_at``, ``id``), after the keyset position ``after``.

@@ -6,6 +6,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+T = TypeVar("T")
+
+# a SELECT of any columns: the statements the dialect layer builds, whose rows the driver types
+# (a string, so that nothing of SQLAlchemy's generics is evaluated at import)
+AnySelect: TypeAlias = "sa.Select[*tuple[Any, ...]]"
+# a read or an update of rows named by id (``QueueDao.by_id``), which a dialect returns as it
+# came, only changed
+ById = TypeVar("ById", AnySelect, "sa.Update")
 
 
 class ErrorKind(enum.Enum):
@@ -22,6 +35,6 @@ class ErrorKind(enum.Enum):
 AUTOCOMMIT = "sqldelay.autocommit"
 
 
-def chunked(items: Sequence, size: int) -> list[Sequence]:
+def chunked(items: Sequence[T], size: int) -> list[Sequence[T]]:
     """``items`` in consecutive parts of at most ``size`` (a dialect's ``in_list_max``)."""
     return [items[i:i + size] for i in range(0, len(items), size)]

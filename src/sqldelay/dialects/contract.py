@@ -14,7 +14,9 @@ from typing import Any, ClassVar, Protocol
 import sqlalchemy as sa
 
 from ..messages import OfferOutcome
+from ..schema import MigrationOps
 from .base import Advice, ClaimedRow, ClaimEvents, OfferEvents, OfferRow, PayloadBudget
+from .common import AnySelect, ById
 
 
 class Dialect(Protocol):
@@ -55,11 +57,11 @@ class Dialect(Protocol):
 
     # ---- errors --------------------------------------------------------------------------
 
-    duplicate_key_codes: ClassVar[frozenset]  # error codes of a duplicate key
-    transient_codes: ClassVar[frozenset]  # deadlocks, lock timeouts: run again
-    unavailable_codes: ClassVar[frozenset]  # the server is down or restarting: wait
-    missing_table_codes: ClassVar[frozenset]  # a table or index does not exist
-    deadlock_codes: ClassVar[frozenset]  # the transient codes that are deadlocks
+    duplicate_key_codes: ClassVar[frozenset[object]]  # error codes of a duplicate key
+    transient_codes: ClassVar[frozenset[object]]  # deadlocks, lock timeouts: run again
+    unavailable_codes: ClassVar[frozenset[object]]  # the server is down or restarting: wait
+    missing_table_codes: ClassVar[frozenset[object]]  # a table or index does not exist
+    deadlock_codes: ClassVar[frozenset[object]]  # the transient codes that are deadlocks
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> object:
@@ -80,7 +82,7 @@ class Dialect(Protocol):
         """The statements that apply a storage preset to the queue table."""
 
     @classmethod
-    def widen_error_text_op(cls, op: Any, table_name: str, online: bool) -> None:
+    def widen_error_text_op(cls, op: MigrationOps, table_name: str, online: bool) -> None:
         """Migration 0003's step: dead letters' error text as long as ERROR_LENGTH."""
 
     @classmethod
@@ -123,10 +125,11 @@ class Dialect(Protocol):
     def payload_budget(self, conn: sa.Connection) -> PayloadBudget:
         """The payload limits of this database."""
 
-    def select_existing(self) -> sa.Select:
+    def select_existing(self) -> AnySelect:
         """The offer's locking read of the rows of the keys it offers."""
 
-    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str]) -> Iterable:
+    def existing_rows(self, conn: sa.Connection, pkind: str,
+                      keys: Sequence[str]) -> Iterable[Sequence[Any]]:
         """Run that read: the rows of ``keys`` that exist, locked."""
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
@@ -138,11 +141,11 @@ class Dialect(Protocol):
         """Replace existing locked rows with what the offer brings."""
 
     def insert_rows(self, conn: sa.Connection, table: sa.Table,
-                    params: Sequence[dict]) -> None:
+                    params: Sequence[dict[str, Any]]) -> None:
         """Insert rows into any of the queue's tables in one statement."""
 
     def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
-                      rows: list[dict]) -> None:
+                      rows: list[dict[str, Any]]) -> None:
         """Insert the rows a table lacks, a concurrent insert of the same ones allowed."""
 
     # ---- claims ----------------------------------------------------------------------------
@@ -163,54 +166,54 @@ class Dialect(Protocol):
                      events: sa.Table, kind: str, now_ms: int) -> int:
         """Ack ``ids`` and write their acked events in one statement; how many went."""
 
-    def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
+    def build_select_due(self, where: tuple[str, ...]) -> AnySelect:
         """The locking read of the first due rows, in claim order."""
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                 where: Sequence[str]) -> Sequence[Sequence]:
+                 where: Sequence[str]) -> Sequence[Sequence[Any]]:
         """Lock and read up to ``limit`` due rows."""
 
     def due_params(self, pkind: str, now_ms: int, limit: int) -> dict[str, Any]:
         """The parameters of ``select_due``'s statement."""
 
-    def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
+    def due_in_claim_order(self, base: AnySelect, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
                            skip_locked: bool = False,
-                           source: sa.FromClause | None = None) -> sa.Select:
+                           source: sa.FromClause | None = None) -> AnySelect:
         """A read cut to the first due messages in claim order."""
 
-    def lock_rows(self, stmt: sa.Select, table: sa.FromClause, *, skip: bool) -> sa.Select:
+    def lock_rows(self, stmt: AnySelect, table: sa.FromClause, *, skip: bool) -> AnySelect:
         """``stmt`` locking the rows it reads (passing over locked ones when ``skip``)."""
 
     @staticmethod
     def lock_order(key: str) -> str | bytes:
         """The sort key putting keys in the order the database locks them."""
 
-    def current_read(self, stmt: sa.Select) -> sa.Select:
+    def current_read(self, stmt: AnySelect) -> AnySelect:
         """``stmt`` reading what is committed now, not the transaction's snapshot."""
 
-    def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
+    def probe(self, stmt: AnySelect, index: str | None = None) -> AnySelect:
         """A correlated subquery kept one index probe per outer row."""
 
-    def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
+    def held_by(self, lock: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
         """The message is claimed under ``lock``."""
 
     def ids_listed(self) -> sa.ColumnElement[bool]:
         """The messages whose ids the parameter ``ids`` lists."""
 
-    def by_id(self, stmt: Any, table: sa.Table, count: int | None = None) -> Any:
+    def by_id(self, stmt: ById, table: sa.Table, count: int | None = None) -> ById:
         """A read or update of rows named by id, as the planner should take it."""
 
     # ---- groups ----------------------------------------------------------------------------
 
     def claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                       lock: str, until_ms: int, actor: str | None,
-                      own_transaction: bool) -> list:
+                      own_transaction: bool) -> list[ClaimedRow]:
         """Claim due messages of a queue with groups, at most one per group."""
 
     def claim_groups(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, actor: str | None,
-                     own_transaction: bool) -> list:
+                     own_transaction: bool) -> list[ClaimedRow]:
         """That claim for a queue of groups alone, where ``groups_in_claim``."""
 
     def win_groups(self, conn: sa.Connection, pkind: str, groups: dict[str, bool],
@@ -218,16 +221,16 @@ class Dialect(Protocol):
         """Lock the rows of free groups among ``groups``, making missing ones; those won."""
 
     def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
-                   now_ms: int) -> Sequence[Sequence]:
+                   now_ms: int) -> Sequence[Sequence[Any]]:
         """The first due message of each group won, locked."""
 
     def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
                     now_ms: int, limit: int, lock: str, until_ms: int,
-                    actor: str | None) -> list:
+                    actor: str | None) -> list[ClaimedRow]:
         """Claim the heads of the groups won and up to ``loose`` ungrouped messages."""
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
-                   limit: int) -> tuple[sa.Executable, dict]:
+                   limit: int) -> tuple[sa.Executable, dict[str, Any]]:
         """The statement reading the first due message of each group, and its parameters."""
 
     def walk_settings(self) -> sa.Executable | None:
@@ -264,7 +267,7 @@ class Dialect(Protocol):
     def delete_kind_batch(self, conn: sa.Connection, pkind: str) -> list[str]:
         """Delete a batch of a queue's messages, locked first; their keys."""
 
-    def prefix_match(self, column: sa.ColumnElement, prefix: str) -> sa.ColumnElement[bool]:
+    def prefix_match(self, column: sa.ColumnElement[str], prefix: str) -> sa.ColumnElement[bool]:
         """``column`` starts with ``prefix`` taken literally."""
 
     # ---- wake-ups (where ``notifications``; ``notifier`` listens) ------------------------

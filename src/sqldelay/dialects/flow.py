@@ -49,13 +49,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 
 from ..errors import NeedsTransaction, Raced
 from ..schema import groups_table, settings_table
-from .common import AUTOCOMMIT, ErrorKind, chunked
+from .common import AUTOCOMMIT, AnySelect, ErrorKind, chunked
 
 if TYPE_CHECKING:
     from .base import ClaimedRow
@@ -117,13 +117,13 @@ class Control:
 
 
 # claim order: among due messages, higher priority first, then due time, then arrival
-def claim_order(t: sa.FromClause) -> tuple:
+def claim_order(t: sa.FromClause) -> tuple[sa.ColumnElement[Any], ...]:
     return t.c.priority.desc(), t.c.scheduled_at, t.c.id
 
 
 # a group's own order: priority, then the due time the producer asked for (a redelivery or a
 # release keeps its place in the group), then arrival
-def group_order(t: sa.FromClause) -> tuple:
+def group_order(t: sa.FromClause) -> tuple[sa.ColumnElement[Any], ...]:
     return t.c.priority.desc(), t.c.scheduled_at_initially, t.c.id
 
 
@@ -144,7 +144,7 @@ def loose_wanted(limit: int, won: int, seen: int, walked: int, met: bool) -> int
     return limit - won if seen == walked else 0
 
 
-def _control(row: Sequence) -> Control:
+def _control(row: Sequence[Any]) -> Control:
     """A Control from a settings row read as ``_control_columns``, by position (a Row's
     attributes cost more)."""
     paused, has_groups, *limits = row
@@ -158,7 +158,7 @@ class FlowControl:
     in_list_max: ClassVar[int]
     skip_locked: ClassVar[bool]
     group_index: str
-    _claim_columns: tuple[sa.Column, ...]
+    _claim_columns: tuple[sa.Column[Any], ...]
     # the dialect's claim takes the condition "bucket" (``due_conditions``): one statement
     # claiming a queue with a rate limit alone and charging its bucket, the settings row
     # locked only while it runs; elsewhere that claim takes a transaction (``optimistic``)
@@ -175,13 +175,13 @@ class FlowControl:
                         lock: str, until_ms: int, where: Sequence[str],
                         actor: str | None = None) -> list[ClaimedRow]: ...
         def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                     where: Sequence[str]) -> Sequence[Sequence]: ...
+                     where: Sequence[str]) -> Sequence[Sequence[Any]]: ...
         def mark_claimed(self, conn: sa.Connection, ids: Sequence[int], lock: str,
                          until_ms: int, actor: str | None) -> None: ...
         @staticmethod
-        def claimed_row(r: Sequence) -> ClaimedRow: ...
+        def claimed_row(r: Sequence[Any]) -> ClaimedRow: ...
         def ack_many(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int: ...
-        def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]: ...
+        def held_by(self, lock: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]: ...
         @classmethod
         def classify(cls, exc: sa.exc.DBAPIError) -> ErrorKind: ...
 
@@ -257,21 +257,21 @@ class FlowControl:
         return {row[-1]: _control(row[:-1]) for row in rows}
 
     @property
-    def _control_columns(self) -> tuple[sa.ColumnElement, ...]:
+    def _control_columns(self) -> tuple[sa.ColumnElement[Any], ...]:
         """A settings row's columns as ``_control`` takes them, in order."""
         s = self.settings
         return (s.c.paused, s.c.has_groups, s.c.rate_limit, s.c.rate_period_ms,
                 s.c.tokens_milli, s.c.refilled_at, s.c.max_in_flight)
 
     @functools.cached_property
-    def _read_control(self) -> dict[bool, sa.Select]:
+    def _read_control(self) -> dict[bool, AnySelect]:
         """The settings row's read, by whether it locks the row."""
         s = self.settings
         stmt = sa.select(*self._control_columns).where(s.c.pkind == sa.bindparam("b_kind"))
         return {False: stmt, True: self.lock_rows(stmt, s, skip=False)}
 
     def write_settings(self, conn: sa.Connection, pkind: str, *,
-                       unless_same: Sequence[str] = (), **values) -> None:
+                       unless_same: Sequence[str] = (), **values: Any) -> None:
         """Set columns of ``pkind``'s settings row, creating it first if absent; with
         ``unless_same`` (columns among ``values``, set to values other than NULL), only where
         one of them would change: setting them to what they hold changes nothing else either.
@@ -288,7 +288,7 @@ class FlowControl:
 
     def claim_controlled(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
                          limit: int, lock: str, until_ms: int, actor: str | None = None, *,
-                         optimistic: bool = False) -> list:
+                         optimistic: bool = False) -> list[ClaimedRow]:
         """The claim of a controlled queue. ``optimistic`` lets a queue with a rate limit and
         no cap charge its bucket at the end, where a conflict raises Raced (only for a claim
         in a transaction of its own, which can run again)."""
@@ -329,7 +329,7 @@ class FlowControl:
 
     def _claim_unlimited(self, conn: sa.Connection, pkind: str, control: Control, now_ms: int,
                          limit: int, lock: str, until_ms: int, actor: str | None,
-                         own_transaction: bool) -> list:
+                         own_transaction: bool) -> list[ClaimedRow]:
         """Up to ``limit`` due messages, by the group-aware claim where the queue has groups
         (``own_transaction``: the claim's transaction is its own, ended with it)."""
         if control.has_groups:
@@ -339,7 +339,7 @@ class FlowControl:
 
     def claim_groups(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                      lock: str, until_ms: int, actor: str | None,
-                     own_transaction: bool) -> list:
+                     own_transaction: bool) -> list[ClaimedRow]:
         """The claim of a queue whose only control is its groups, where ``groups_in_claim``:
         as ``claim_grouped`` does it, claiming nothing where the queue has gained a pause or a
         limit since (its last claim found groups alone; the settings are not read first)."""
@@ -392,7 +392,7 @@ class FlowControl:
                 and last.tokens_at(now_ms) >= 1000 * limit)
 
     def claim_on_credit(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                        lock: str, until_ms: int, actor: str | None) -> list:
+                        lock: str, until_ms: int, actor: str | None) -> list[ClaimedRow]:
         """Claim without reading the settings first: the "rate_only" condition claims
         nothing where a pause, a cap or groups have come since, and the bucket is charged at
         the end (Raced where it now holds fewer tokens, or no rate limit is left)."""
@@ -413,7 +413,7 @@ class FlowControl:
 
     def claim_grouped(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                       lock: str, until_ms: int, actor: str | None,
-                      own_transaction: bool) -> list:
+                      own_transaction: bool) -> list[ClaimedRow]:
         """Up to ``limit`` due messages of a queue with groups, at most one per group, each
         its group's first due one (``own_transaction``: the claim's transaction is its own; a
         dialect's claim may set what holds to its end)."""
@@ -442,7 +442,7 @@ class FlowControl:
         return self.claim_heads(conn, pkind, won, loose, now_ms, limit, lock, until_ms, actor)
 
     @functools.cached_property
-    def _walk_statement(self) -> sa.Select:
+    def _walk_statement(self) -> AnySelect:
         """The grouped claim's first read (parameters b_kind, b_now and walk, how many)."""
         t = self.table
         # whether the group has a row, as 1 or 0: SQL Server and Oracle before 23ai take no
@@ -453,10 +453,10 @@ class FlowControl:
                                        .where(~self._busy_group),
                                        sa.bindparam("walk", type_=sa.Integer))
 
-    def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
+    def due_in_claim_order(self, base: AnySelect, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
                            skip_locked: bool = False,
-                           source: sa.FromClause | None = None) -> sa.Select:
+                           source: sa.FromClause | None = None) -> AnySelect:
         """``base`` (a read of the queue table, or of ``source``, an alias of it: its
         columns, and conditions on each message) cut to the first ``limit`` due messages (of
         b_kind, at b_now) in claim order, locking each it returns where ``skip_locked``,
@@ -487,7 +487,7 @@ class FlowControl:
 
     def claim_heads(self, conn: sa.Connection, pkind: str, won: Sequence[str], loose: int,
                     now_ms: int, limit: int, lock: str, until_ms: int,
-                    actor: str | None) -> list:
+                    actor: str | None) -> list[ClaimedRow]:
         """Claim the first due message of each group of ``won`` (locked by this claim) and
         up to ``loose`` ungrouped messages, the first ``limit`` of them in claim order, and
         mark the groups claimed."""
@@ -536,19 +536,19 @@ class FlowControl:
                             ).scalars().all()
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
-                   limit: int) -> tuple[sa.Executable, dict]:
+                   limit: int) -> tuple[sa.Executable, dict[str, Any]]:
         """The statement a grouped claim through ``dialect`` reads the heads of ``groups``
         with, and its parameters (``read_heads``; shown by ``benchmarks``' flow_plans)."""
         return self._group_heads, {"b_kind": pkind, "names": list(groups), "b_now": now_ms}
 
     def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
-                   now_ms: int) -> Sequence[Sequence]:
+                   now_ms: int) -> Sequence[Sequence[Any]]:
         """The first due message of each of ``groups`` (locked by this claim), locked."""
         stmt, values = self.heads_plan(conn.dialect, pkind, groups, now_ms, len(groups))
         return conn.execute(stmt, values).fetchall()
 
     @functools.cached_property
-    def _group_heads(self) -> sa.Select:
+    def _group_heads(self) -> AnySelect:
         """The first due message (at b_now) of each group the parameter ``names`` lists, in
         the group's order, locked, as ``_claim_columns``: one walk of the group index per
         group, however many messages wait behind the head."""
@@ -559,7 +559,7 @@ class FlowControl:
         return self.lock_rows(sa.select(*self._claim_columns).where(t.c.id.in_(heads)), t,
                               skip=False)
 
-    def group_head(self, index: str | None = None) -> sa.ScalarSelect:
+    def group_head(self, index: str | None = None) -> sa.ScalarSelect[int]:
         """The id of the first due message (at b_now) of the outer query's group row, in the
         group's order: one walk of the group index, through the queue's ``index`` where
         named (``probe``)."""
@@ -625,27 +625,27 @@ class FlowControl:
         statements' plans; or None."""
         return None
 
-    def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
+    def probe(self, stmt: AnySelect, index: str | None = None) -> AnySelect:
         """``stmt``, a correlated subquery meant as one index probe per outer row (through
         ``index`` of the queue table, where named), kept so by the database's planner
         (PostgreSQL turns it into a join, which it may plan badly; MariaDB may probe an index
         on fewer of the compared columns)."""
         return stmt
 
-    def current_read(self, stmt: sa.Select) -> sa.Select:
+    def current_read(self, stmt: AnySelect) -> AnySelect:
         """``stmt`` reading what is committed now, not an earlier snapshot of the
         transaction (the in-flight count after waiting for the settings lock). Plain reads do
         at READ COMMITTED, the level of sqldelay's own claims (SQLite has one writer); a
         claim in a caller's transaction runs at the caller's."""
         return stmt
 
-    def lock_rows(self, stmt: sa.Select, table: sa.FromClause, *, skip: bool) -> sa.Select:
+    def lock_rows(self, stmt: AnySelect, table: sa.FromClause, *, skip: bool) -> AnySelect:
         """``stmt`` locking the rows it reads from ``table`` (passing over locked ones when
         ``skip``)."""
         return stmt.with_for_update(skip_locked=skip) if self.skip_locked else stmt
 
     def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
-                      rows: list[dict]) -> None:
+                      rows: list[dict[str, Any]]) -> None:
         """Insert the rows of ``pkind`` that ``table`` lacks (``rows`` hold the primary key
         beyond pkind, or are ``[{}]`` where pkind is the key). Portable: read which exist,
         insert the others; a concurrent insert of one of them makes the insert fail alone
@@ -659,9 +659,9 @@ class FlowControl:
                     raise
 
     def absent_rows(self, conn: sa.Connection, table: sa.Table, pkind: str,
-                    rows: list[dict]) -> list[dict]:
+                    rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The rows of ``insert_absent`` that a plain read does not find, ready to insert."""
-        keys: list[sa.Column | None] = [c for c in table.primary_key.columns
+        keys: list[sa.Column[Any] | None] = [c for c in table.primary_key.columns
                                         if c.name != "pkind"]
         (extra,) = keys or [None]
         if extra is None:

@@ -27,11 +27,10 @@ from .base import (
     OfferRow,
     PayloadBudget,
     QueueDao,
-    _ById,
     repeat_values,
     row_name,
 )
-from .common import chunked
+from .common import ById, chunked
 from .flow import walk_length
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
@@ -128,7 +127,7 @@ class MySQLQueueDao(QueueDao):
         self._named_sql: dict[tuple, str] = {}  # by dialect, row count, … (``named_write``)
         self._named_reads: dict[tuple, str] = {}  # by dialect, key count (``named_read``)
 
-    def by_id(self, stmt: _ById, table: sa.Table, count: int | None = None) -> _ById:
+    def by_id(self, stmt: ById, table: sa.Table, count: int | None = None) -> ById:
         # On a small table the optimizer reads the whole table for ``id IN (...)``, cheaper
         # by its costs than the lookups (MariaDB 10.11: 40 rows, 10 or 25 ids), and a locking
         # read, an UPDATE or a DELETE locks every row it reads, or waits for its lock: a
