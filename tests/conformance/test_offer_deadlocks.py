@@ -366,14 +366,15 @@ def _waits_for_a_lock(engine: sa.Engine, session: int) -> bool:
 
 
 def test_an_ack_of_two_claim_batches_and_an_offer_of_their_keys_do_not_deadlock(
-        one_queue, engine, request):
+        one_queue, engine):
     # A worker acks together what its handlers finished, often of two claims: one deletion
-    # per claim batch. Here the first batch holds the row of higher id (b), the second the
-    # lower (a). The ack pauses after its first statement while an offer of a and b, which
-    # locks the rows in id order, waits for it; then the ack goes on. Deleting batch by
-    # batch, the ack held b and wanted a, the offer held a and wanted b: a deadlock, which
-    # in transactions of their own sqldelay retried (MariaDB 10.11: 205 in 10 s of the
-    # torture below). The ack locks both rows first, in id order, and the offer waits.
+    # per claim batch. Here the first batch holds the row of higher id and key (b), the
+    # second the lower (a). The ack pauses after its first statement while an offer of a and
+    # b, which locks the rows in id order (MariaDB) or key order (PostgreSQL), the same
+    # here, waits for it; then the ack goes on. Deleting batch by batch, the ack held b and
+    # wanted a, the offer held a and wanted b: a deadlock, which in transactions of their
+    # own sqldelay retried (MariaDB 10.11: 205 in 10 s of the torture below). The ack locks
+    # both rows first, in the offers' order, and the offer waits.
     name = engine.dialect.name
     if name == "sqlite":
         pytest.skip("one writer at a time: two transactions cannot interleave")
@@ -413,9 +414,7 @@ def test_an_ack_of_two_claim_batches_and_an_offer_of_their_keys_do_not_deadlock(
 
     with engine.connect() as conn:
         one_queue.dao.begin_read_committed(conn)  # the README's advice for MySQL
-        session = conn.exec_driver_sql(
-            "SELECT pg_backend_pid()" if name == "postgresql" else "SELECT CONNECTION_ID()"
-        ).scalar()
+        session = _session(conn)
         threads = [threading.Thread(target=acker), threading.Thread(target=producer,
                                                                     args=(conn,))]
         threads[0].start()

@@ -362,7 +362,7 @@ class PostgresQueueDao(QueueDao):
     # through the primary key, in the heap's order through a bitmap or a scan of a small
     # table. An ack holding one row that an offer wanted, while waiting for another the
     # offer held, deadlocked: four producers of shuffled batches of 50 of 200 keys and two
-    # workers, 8 to 20 deadlocks retried in 10 s and 3 to 7 reaching the producers that
+    # workers, 8 to 20 deadlocks retried in 10 s and 2 to 7 reaching the producers that
     # pass ``connection=``, each costing a second (deadlock_timeout). So an ack of several
     # rows locks them first, in key order, and deletes what it locked: the one lock order
     # of offers and acks (claims skip locked rows).
