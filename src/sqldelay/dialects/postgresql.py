@@ -26,7 +26,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
@@ -42,10 +42,14 @@ from .base import (
     QueueDao,
     in_claim_order,
 )
-from .common import AUTOCOMMIT, chunked
+from .common import AUTOCOMMIT, AnySelect, chunked
 from .flow import group_order, loose_wanted, walk_length
 
 log = logging.getLogger("sqldelay")
+
+# the SQL of a statement for the driver, its constant parameters and, for a positional
+# driver, the parameter names in order (``_driver_sql``)
+_DriverSql: TypeAlias = tuple[str, dict[str, Any], tuple[str, ...] | None]
 
 # the "high-churn" preset (schema.TUNING_PRESETS), from db-queue's advice as measured by the
 # churn benchmark: no fillfactor, since a claim changes indexed columns (scheduled_at,
@@ -91,7 +95,7 @@ def _constant(text: str) -> sa.ColumnElement[str]:
     return sa.literal_column(f"'{text}'", sa.Text)
 
 
-def _texts(name: str) -> sa.ColumnElement:
+def _texts(name: str) -> sa.ColumnElement[Sequence[str | None]]:
     """The strings (or NULLs) of the JSON array in parameter ``name``, as text[] (an offer's
     keys, groups, details)."""
     listed = sa.func.json_array_elements_text(
@@ -100,7 +104,7 @@ def _texts(name: str) -> sa.ColumnElement:
     return sa.func.array(sa.select(listed.c.v).order_by(listed.c.n).scalar_subquery())
 
 
-def _shape(events: OfferEvents | None) -> tuple | None:
+def _shape(events: OfferEvents | None) -> tuple[str, str, str, str | None] | None:
     """What of an offer's ``events`` shapes its statement (a key of the statements kept)."""
     if events is None:
         return None
@@ -116,7 +120,7 @@ def _grouped_in_flight(f: sa.FromClause, kind: sa.ColumnElement[str],
             f.c.scheduled_at > sa.bindparam("b_now", type_=sa.BigInteger))
 
 
-class _IdList(sa.types.TypeDecorator):
+class _IdList(sa.types.TypeDecorator[Sequence[int]]):
     """A list of message ids sent as one array literal ('{1,2,3}'), cast to BIGINT[] in the
     statement: the drivers encode a list parameter element by element in Python, 13% of an
     ack_many of 100's client time."""
@@ -124,17 +128,22 @@ class _IdList(sa.types.TypeDecorator):
     impl = sa.Text
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):
+    # the parameter is always bound to a list, never NULL: narrower than the Optional value
+    # SQLAlchemy's signature declares
+    def process_bind_param(  # type: ignore[override]
+            self, value: Sequence[int], dialect: sa.Dialect) -> str:
         return "{" + ",".join(map(str, map(int, value))) + "}"
 
 
-class _TextList(sa.types.TypeDecorator):
+class _TextList(sa.types.TypeDecorator[Sequence[str]]):
     """A list of lock ids as one array literal, each quoted, as ``_IdList`` does for ids."""
 
     impl = sa.Text
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):
+    # as ``_IdList``'s: always a list, never NULL
+    def process_bind_param(  # type: ignore[override]
+            self, value: Sequence[str], dialect: sa.Dialect) -> str:
         return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
                                for v in value) + "}"
 
@@ -173,14 +182,15 @@ class PostgresQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         self.claim_index = f"{table.name}_kind_ready_ix"  # of unlocked messages: see schema
-        self._offer_cache: dict[tuple, tuple] = {}
-        self._unnest_inserts: dict[tuple, sa.Insert] = {}
+        self._offer_cache: dict[tuple[object, ...], _DriverSql] = {}
+        self._unnest_inserts: dict[tuple[str, tuple[str, ...], bool], sa.Insert] = {}
         self._claims: dict[tuple[tuple[str, ...], bool, bool], sa.Update] = {}
-        self._recorded_claims: dict[tuple, sa.Select] = {}
-        self._recorded_acks: dict[tuple[str, str], sa.Select] = {}
+        self._recorded_claims: dict[tuple[tuple[str, ...], bool, bool, str, str, str],
+                                     AnySelect] = {}
+        self._recorded_acks: dict[tuple[str, str], AnySelect] = {}
         self._heads_claims: dict[bool, sa.Update] = {}
 
-    def held_by(self, lock: str | sa.BindParameter) -> sa.ColumnElement[bool]:
+    def held_by(self, lock: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
         # IS NOT DISTINCT FROM, where = would do: from "lock_uuid = x" the planner infers
         # "lock_uuid IS NOT NULL", the condition of the in-flight index, and read that index
         # whole for an ack (a tiny index, as its statistics said) with the ids as a filter,
@@ -197,10 +207,10 @@ class PostgresQueueDao(QueueDao):
         return self.table.c.id == sa.any_(
             sa.cast(sa.bindparam("ids", type_=_IdList()), pg.ARRAY(sa.BigInteger)))
 
-    def due_in_claim_order(self, base: sa.Select, limit: sa.ColumnElement[int], *,
+    def due_in_claim_order(self, base: AnySelect, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
                            skip_locked: bool = False,
-                           source: sa.FromClause | None = None) -> sa.Select:
+                           source: sa.FromClause | None = None) -> AnySelect:
         # Two reads, each through its partial index (``schema``: ``_kind_ready_ix``,
         # ``_kind_flight_ix``): the unlocked due messages in claim order, and the locked ones
         # whose lock has expired (few, if any: sorted). Each takes ``limit`` at most and locks
@@ -327,7 +337,7 @@ class PostgresQueueDao(QueueDao):
         return self._claims[where, by, acking]
 
     @staticmethod
-    def _ack_ids() -> sa.ColumnElement:
+    def _ack_ids() -> sa.ColumnElement[Sequence[int]]:
         return sa.cast(sa.bindparam("ack_ids", type_=_IdList()), pg.ARRAY(sa.BigInteger))
 
     def _acked_pairs(self) -> sa.CTE:
@@ -391,7 +401,7 @@ class PostgresQueueDao(QueueDao):
         conn.execute(self._acked_in_key_order, {"ids": ids})
 
     @functools.cached_property
-    def _acked_in_key_order(self) -> sa.Select:
+    def _acked_in_key_order(self) -> AnySelect:
         t = self.table
         return (sa.select(t.c.id).where(self.ids_listed())
                 .order_by(sa.collate(t.c.pkey, "C")).with_for_update())
@@ -441,7 +451,7 @@ class PostgresQueueDao(QueueDao):
                    for chunk in chunked(ids, self.in_list_max))
 
     def _recorded_claim(self, where: tuple[str, ...], by: bool, acking: bool,
-                        events: ClaimEvents) -> sa.Select:
+                        events: ClaimEvents) -> AnySelect:
         """``_claim_statement`` that writes its history events: the UPDATE a CTE whose rows
         the statement returns, and an INSERT into ``events.table`` of an event of kind
         ``events.claimed`` per message claimed (detail: parameter claimed_detail), after one of
@@ -455,7 +465,7 @@ class PostgresQueueDao(QueueDao):
             names = ("pkind", "pkey", "at", "kind", "actor", "attempt", "detail", "o_id",
                      "o_step")
 
-            def event(*values: Any) -> list[sa.Label]:
+            def event(*values: Any) -> list[sa.Label[Any]]:
                 return [(sa.literal_column(str(v)) if isinstance(v, int) else v).label(name)
                         for v, name in zip(values, names, strict=True)]
 
@@ -593,7 +603,7 @@ class PostgresQueueDao(QueueDao):
     def error_code(cls, exc: sa.exc.DBAPIError) -> str | None:
         return getattr(exc.orig, "sqlstate", None)
 
-    def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
+    def probe(self, stmt: AnySelect, index: str | None = None) -> AnySelect:
         # The planner turns an EXISTS into an anti-join, and on a table without statistics
         # (a new queue, a small busy groups table) it scanned every group of the queue for
         # each message read: 50 ms for a claim's 416 rows. OFFSET 0 keeps the subquery a
@@ -614,11 +624,11 @@ class PostgresQueueDao(QueueDao):
     # its rate); in a caller's, they are set around the heads' claim alone, then set back
     # (``_heads_settings``).
 
-    def walk_settings(self) -> sa.Select:
+    def walk_settings(self) -> AnySelect:
         return self._planner_settings(_WALK_SETTINGS)
 
     def _heads_settings(self, conn: sa.Connection, stmt: sa.Executable,
-                        params: dict) -> Sequence:
+                        params: dict[str, Any]) -> Sequence[Sequence[Any]]:
         """The rows of ``stmt``, run in a caller's transaction under the grouped claim's
         planner settings, which are then set back to what they were."""
         was = conn.execute(self._planner_settings(_WALK_SETTINGS, current=True)).first()
@@ -629,7 +639,7 @@ class PostgresQueueDao(QueueDao):
         return rows
 
     @staticmethod
-    def _setting(values: dict[str, str], *, constant: bool = False) -> list[sa.ColumnElement]:
+    def _setting(values: dict[str, str], *, constant: bool = False) -> list[sa.ColumnElement[Any]]:
         """The calls that set the planner settings ``values`` until the transaction ends
         (written into the statement where ``constant``: fewer parameters to send)."""
         if constant:
@@ -638,7 +648,7 @@ class PostgresQueueDao(QueueDao):
         return [sa.func.set_config(name, value, True) for name, value in values.items()]
 
     @classmethod
-    def _planner_settings(cls, values: dict[str, str], *, current: bool = False) -> sa.Select:
+    def _planner_settings(cls, values: dict[str, str], *, current: bool = False) -> AnySelect:
         """A SELECT that sets the planner settings ``values`` until the transaction ends
         (returning, when ``current``, what each was before)."""
         before = [sa.func.current_setting(name) for name in values] if current else []
@@ -719,7 +729,7 @@ class PostgresQueueDao(QueueDao):
         return in_claim_order(rows)
 
     def _walk(self, conn: sa.Connection, gated: bool, own_transaction: bool,
-              params: dict) -> tuple:
+              params: dict[str, Any]) -> tuple[Any, ...]:
         """The grouped claim's first statement's row (``_win_groups``) without the settings
         it set: the names of the groups locked (``group_names``' text, None for none), how
         many, the messages walked, whether one was ungrouped, the isolation level."""
@@ -768,7 +778,7 @@ class PostgresQueueDao(QueueDao):
                                                sa.or_(all_read, ~self._busy(kind, group))))
 
     @functools.cached_property
-    def _win_groups(self) -> dict[tuple[bool, bool], sa.Select]:
+    def _win_groups(self) -> dict[tuple[bool, bool], AnySelect]:
         """The grouped claim's first statement, by whether it is gated and whether it runs
         in the claim's own transaction (where it sets the planner settings too, returned
         last): one row of the names of the groups it locked (JSON text, passed on as it is
@@ -832,7 +842,7 @@ class PostgresQueueDao(QueueDao):
         return json.dumps(list(names))
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
-                   limit: int) -> tuple[sa.Executable, dict]:
+                   limit: int) -> tuple[sa.Executable, dict[str, Any]]:
         # the heads are read by the statement that claims them, the grouped claim's second
         return self._heads_claim(False), {
             **self.claim_values(pkind, now_ms, limit, "plan", now_ms, None),
@@ -898,13 +908,15 @@ class PostgresQueueDao(QueueDao):
                      until_ms: int) -> None:
         pass
 
-    def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:
+    def insert_rows(self, conn: sa.Connection, table: sa.Table,
+                    params: Sequence[dict[str, Any]]) -> None:
         # one array per column, unnested: a short statement whatever the row count, which
         # psycopg parses once (a multi-row VALUES of hundreds of placeholders is parsed anew
         # on every call, and cost more than the server's work for the history's events)
         self._insert_unnested(conn, table, params, skip_existing=False)
 
-    def _insert_unnested(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict],
+    def _insert_unnested(self, conn: sa.Connection, table: sa.Table,
+                         params: Sequence[dict[str, Any]],
                          *, skip_existing: bool) -> None:
         names = tuple(c.name for c in table.columns if c.name in params[0])
         conn.execute(self._unnest_insert(table, names, skip_existing),
@@ -923,7 +935,7 @@ class PostgresQueueDao(QueueDao):
         return self._unnest_inserts[key]
 
     def _offer_statement(self, update: bool | None, by: bool, wake: bool = True,
-                         events: OfferEvents | None = None) -> sa.Select:
+                         events: OfferEvents | None = None) -> AnySelect:
         """The offer of a chunk: one INSERT … SELECT FROM unnest(arrays) with ON CONFLICT DO
         NOTHING (``update`` False) or DO UPDATE where something changed (True), or where
         something changed of a key the JSON array in parameter ``updating`` lists (None: a
@@ -975,7 +987,8 @@ class PostgresQueueDao(QueueDao):
         kind = sa.bindparam("b_kind", type_=sa.Text)
         now = sa.bindparam("b_now", type_=sa.BigInteger)
 
-        def numbers(name: str, kind: type[sa.types.TypeEngine]) -> sa.ColumnElement:
+        def numbers(name: str, kind: type[sa.types.TypeEngine[int]]
+                    ) -> sa.ColumnElement[Sequence[int]]:
             """The array literal in parameter ``name`` ('{1,2,3}') as ``kind``[]."""
             return sa.cast(sa.bindparam(name, type_=sa.Text), pg.ARRAY(kind))
 
@@ -1077,7 +1090,7 @@ class PostgresQueueDao(QueueDao):
             self.wake_listeners(conn, pkind)  # at commit
 
     def _offer_params(self, pkind: str, rows: Sequence[OfferRow], now_ms: int,
-                      actor: str | None, events: OfferEvents | None) -> dict:
+                      actor: str | None, events: OfferEvents | None) -> dict[str, Any]:
         params = {"b_kind": pkind, "b_now": now_ms, **self.offer_columns(rows)}
         if actor is not None:
             params["b_by"] = actor
@@ -1116,7 +1129,7 @@ class PostgresQueueDao(QueueDao):
                         "find it at their next poll): %s", pkind, exc)
 
     @staticmethod
-    def offer_columns(rows: Sequence[OfferRow]) -> dict:
+    def offer_columns(rows: Sequence[OfferRow]) -> dict[str, Any]:
         """The offer statement's column parameters for ``rows``. Only the payloads go as an
         array, in binary: psycopg dumps an array element by element in Python, 0.7-0.8 us an
         element here, where a JSON text of the keys (and one of the groups) and an array
@@ -1129,14 +1142,13 @@ class PostgresQueueDao(QueueDao):
                 "groups": json.dumps([r.group for r in rows])}
 
     def _offer_sql(self, dialect: sa.Dialect, update: bool | None,
-                   by: bool = False) -> tuple[str, dict, tuple[str, ...] | None]:
+                   by: bool = False) -> _DriverSql:
         """The SQL of the offer statement that notifies itself (``_driver_sql``)."""
         return self._driver_sql(dialect, ("offer", update, by, True, None),
                                 lambda: self._offer_statement(update, by))
 
-    def _driver_sql(self, dialect: sa.Dialect, key: tuple,
-                    build: Callable[[], sa.Select | sa.Insert]
-                    ) -> tuple[str, dict, tuple[str, ...] | None]:
+    def _driver_sql(self, dialect: sa.Dialect, key: tuple[object, ...],
+                    build: Callable[[], AnySelect | sa.Insert]) -> _DriverSql:
         """The SQL for the driver of an offer's statement (``build``; ``key`` tells them
         apart), with its constant parameters and, for a positional driver (asyncpg's $1,
         $2), the parameter names in their order.
@@ -1157,7 +1169,7 @@ class PostgresQueueDao(QueueDao):
         return self._offer_cache[key]
 
     def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
-                      rows: list[dict]) -> None:
+                      rows: list[dict[str, Any]]) -> None:
         # a failed statement aborts a PostgreSQL transaction, so the portable read-insert-retry
         # cannot run here: ON CONFLICT DO NOTHING inserts what is missing in one statement
         # (unnested arrays: one short statement, where a VALUES list was compiled anew for
