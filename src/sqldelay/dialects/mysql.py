@@ -13,7 +13,7 @@ import functools
 import re
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -30,8 +30,12 @@ from .base import (
     repeat_values,
     row_name,
 )
-from .common import ById, chunked
+from .common import AnySelect, ById, chunked
 from .flow import walk_length
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects.mysql.base import MySQLDialect
+    from sqlalchemy.sql.compiler import GenericTypeCompiler, SQLCompiler
 
 # max_allowed_packet per connection pool (so per engine, whatever its execution options),
 # read from the server once
@@ -51,22 +55,23 @@ def named_placeholders(dialect: sa.Dialect) -> sa.Dialect:
 
 @compiles(QueueKey, "mysql")
 @compiles(QueueKey, "mariadb")
-def _key(type_, compiler, **kw):
+def _key(type_: QueueKey, compiler: GenericTypeCompiler, **kw: Any) -> str:
     # keys compare byte for byte: the default collations fold case, and PAD SPACE ones make
     # "a" and "a " the same key
-    collation = "utf8mb4_nopad_bin" if compiler.dialect.is_mariadb else "utf8mb4_0900_bin"
+    mariadb = cast("MySQLDialect", compiler.dialect).is_mariadb  # only these two compile it
+    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
     return f"VARCHAR({type_.length}) CHARACTER SET utf8mb4 COLLATE {collation}"
 
 
 @compiles(QueueText, "mysql")
 @compiles(QueueText, "mariadb")
-def _text(type_, compiler, **kw):
+def _text(type_: QueueText, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return f"VARCHAR({type_.length}) CHARACTER SET utf8mb4"  # the table default may be latin1
 
 
 @compiles(QueuePayload, "mysql")
 @compiles(QueuePayload, "mariadb")
-def _payload(type_, compiler, **kw):
+def _payload(type_: QueuePayload, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return "LONGBLOB"  # BLOB stops at 64 KiB
 
 
@@ -84,7 +89,7 @@ class _DeleteByPrimary(sa.Delete):
 
 @compiles(_DeleteByPrimary, "mysql")
 @compiles(_DeleteByPrimary, "mariadb")
-def _delete_by_primary(stmt, compiler, **kw):
+def _delete_by_primary(stmt: _DeleteByPrimary, compiler: SQLCompiler, **kw: Any) -> str:
     sql = compiler.visit_delete(stmt, **kw)
     table = compiler.preparer.format_table(stmt.table)
     head = f"DELETE FROM {table} "
@@ -124,8 +129,10 @@ class MySQLQueueDao(QueueDao):
         t = self.table
         self._ack_many = _DeleteByPrimary(t).where(self.held_by(sa.bindparam("lock")),
                                                    self.ids_listed())
-        self._named_sql: dict[tuple, str] = {}  # by dialect, row count, … (``named_write``)
-        self._named_reads: dict[tuple, str] = {}  # by dialect, key count (``named_read``)
+        # by dialect, row count, … (``named_write``)
+        self._named_sql: dict[tuple[object, ...], str] = {}
+        # by dialect, key count (``named_read``)
+        self._named_reads: dict[tuple[type[sa.Dialect], int], str] = {}
 
     def by_id(self, stmt: ById, table: sa.Table, count: int | None = None) -> ById:
         # On a small table the optimizer reads the whole table for ``id IN (...)``, cheaper
@@ -164,7 +171,7 @@ class MySQLQueueDao(QueueDao):
             conn.execute(self._acked_by_id, {"ids": chunk})
 
     @functools.cached_property
-    def _acked_by_id(self) -> sa.Select:
+    def _acked_by_id(self) -> AnySelect:
         """The rows ``ids`` locked in id order through the primary key (``lock_acked``).
         Reading the id alone, MariaDB 10.11 planned it as one range of the primary key
         whatever share of the table it named (39 of 40 rows, hint or not); the hint keeps
@@ -193,7 +200,7 @@ class MySQLQueueDao(QueueDao):
         return [r.pkey for r in rows]
 
     @functools.cached_property
-    def _existing_ids(self) -> sa.Select:
+    def _existing_ids(self) -> AnySelect:
         """The ids of the offered keys' rows, read without locks (parameters b_kind, keys),
         through the unique index: left to itself the optimizer's path changed with the
         table's statistics from one execution to the next (the unique index's range, the
@@ -204,7 +211,7 @@ class MySQLQueueDao(QueueDao):
                        t.c.pkey.in_(sa.bindparam("keys", expanding=True))))
 
     @functools.cached_property
-    def _existing_by_id(self) -> sa.Select:
+    def _existing_by_id(self) -> AnySelect:
         """The offer's rows of the ``ids`` read by ``_existing_ids``, locked in id order
         through the primary key (parameters b_kind, ids)."""
         t = self.table
@@ -236,7 +243,7 @@ class MySQLQueueDao(QueueDao):
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
 
     def insert_absent(self, conn: sa.Connection, table: sa.Table, pkind: str,
-                      rows: list[dict]) -> None:
+                      rows: list[dict[str, Any]]) -> None:
         # The portable read-then-insert loops for ever in a caller's transaction at
         # REPEATABLE READ: the read after a duplicate-key error sees the transaction's first
         # snapshot, without the row another one committed meanwhile. INSERT IGNORE skips
@@ -249,14 +256,14 @@ class MySQLQueueDao(QueueDao):
             conn.execute(sa.insert(table).prefix_with("IGNORE"), missing)
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                 where: Sequence[str]) -> Sequence[Sequence]:
+                 where: Sequence[str]) -> Sequence[Sequence[Any]]:
         # the locking read's order is not promised (``build_select_due``)
         return sorted(super().pick_due(conn, pkind, now_ms, limit, where), key=_claim_key)
 
     def due_params(self, pkind: str, now_ms: int, limit: int) -> dict[str, Any]:
         return {**super().due_params(pkind, now_ms, limit), "b_walk": walk_length(limit)}
 
-    def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
+    def build_select_due(self, where: tuple[str, ...]) -> AnySelect:
         # A locking read locks every row it examines, matching or not, and keeps the locks
         # to the end of its transaction, at READ COMMITTED too. Walking the claim index, a
         # claim passes the messages of higher priority not yet due: in a caller's open
@@ -288,7 +295,7 @@ class MySQLQueueDao(QueueDao):
                 .with_for_update(skip_locked=True))
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
-                   limit: int) -> tuple[sa.Executable, dict]:
+                   limit: int) -> tuple[sa.Executable, dict[str, Any]]:
         # On a MariaDB server (whatever the URL calls it), ``_heads_by_id``. The portable form
         # (the heads' ids from an IN subquery over the groups' rows) was planned on tables
         # without statistics as a read of the whole queue, whose every row InnoDB keeps
@@ -304,7 +311,7 @@ class MySQLQueueDao(QueueDao):
                                    "count": len(groups)}
 
     @functools.cached_property
-    def _heads_by_id(self) -> sa.Select:
+    def _heads_by_id(self) -> AnySelect:
         """The heads of the groups listed by ``names`` (``count`` of them): their ids found
         without locks, one walk of the group index per group, in a derived table (its LIMIT
         keeps the server from merging it into the outer read, which would compare the ids
@@ -327,13 +334,13 @@ class MySQLQueueDao(QueueDao):
                 .where(t.c.group_key == ids.c.group_key, t.c.scheduled_at <= now)
                 .with_for_update())
 
-    def probe(self, stmt: sa.Select, index: str | None = None) -> sa.Select:
+    def probe(self, stmt: AnySelect, index: str | None = None) -> AnySelect:
         # On a table whose statistics were taken empty, MariaDB probed the queue for a
         # group's messages through the due index, on pkind alone: every message of the
         # queue for each group (0.9 s to free the groups of one ack of 100)
         return stmt if index is None else stmt.with_hint(self.table, f"FORCE INDEX ({index})")
 
-    def current_read(self, stmt: sa.Select) -> sa.Select:
+    def current_read(self, stmt: AnySelect) -> AnySelect:
         # A claim in a caller's transaction runs at its level, by default InnoDB's REPEATABLE
         # READ, where a plain read sees the snapshot the transaction's first plain read took:
         # counting in-flight messages after waiting for another claim's settings lock would
@@ -401,7 +408,8 @@ class MySQLQueueDao(QueueDao):
         args = getattr(exc.orig, "args", ())
         return args[0] if args and isinstance(args[0], int) else None
 
-    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str]) -> Iterable:
+    def existing_rows(self, conn: sa.Connection, pkind: str,
+                      keys: Sequence[str]) -> Iterable[Sequence[Any]]:
         # A locking read through the unique index locks its entry of each key, then the
         # row; an ack's DELETE, through the primary key, locks the row, then its entry of
         # the unique index to delete it: an offer updating messages that a worker acked at
@@ -525,6 +533,6 @@ class MariaDBQueueDao(MySQLQueueDao):
     delete_returning = True  # DELETE … RETURNING, which MySQL lacks
 
 
-def _claim_key(row: Sequence) -> tuple:
+def _claim_key(row: Sequence[Any]) -> tuple[int, int, int]:
     """Claim order of a row of ``_claim_columns``: priority first, then due time, then id."""
     return -row[7], row[3], row[0]

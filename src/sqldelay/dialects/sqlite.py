@@ -13,6 +13,7 @@ its update, by id, marked them (or, once SQLite had reused a deleted row's id, a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
@@ -21,6 +22,9 @@ from sqlalchemy.ext.compiler import compiles
 from ..errors import SchemaMissingError
 from ..schema import QueueId
 from .base import Advice, QueueDao
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql.compiler import GenericTypeCompiler
 
 _BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _SQLITE_ERROR = 1
@@ -31,7 +35,7 @@ _NO_SUCH_INDEX = "no such index"  # the claim names its index (INDEXED BY): see 
 
 
 @compiles(QueueId, "sqlite")
-def _id(type_, compiler, **kw):
+def _id(type_: QueueId, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return "INTEGER"  # only INTEGER PRIMARY KEY is the auto-assigned rowid
 
 
@@ -94,13 +98,13 @@ class SQLiteQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        self._dues: dict[tuple[str, ...], tuple[str, dict]] = {}
+        self._dues: dict[tuple[str, ...], tuple[str, dict[str, Any]]] = {}
         # a write that changes no row: what takes SQLite's write lock inside a transaction
         # already begun (any UPDATE takes it when it starts, whatever rows it matches)
         self._take_write_lock = sa.update(table).where(sa.false()).values(id=table.c.id)
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                 where: Sequence[str]) -> Sequence[Sequence]:
+                 where: Sequence[str]) -> Sequence[Sequence[Any]]:
         sql, constants = self._due_sql(tuple(where))
         try:
             return conn.exec_driver_sql(sql, {**constants, "b_kind": pkind, "b_now": now_ms,
@@ -113,7 +117,7 @@ class SQLiteQueueDao(QueueDao):
                 "exist, and every claim on SQLite reads through it: create it again "
                 "(sqldelay verify names it with its columns)") from exc
 
-    def _due_sql(self, where: tuple[str, ...]) -> tuple[str, dict]:
+    def _due_sql(self, where: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
         """The claim's read, made to walk the claim index, with its constant parameters.
 
         Without statistics SQLite's planner takes the due index for the range on
@@ -129,7 +133,7 @@ class SQLiteQueueDao(QueueDao):
                                        if not k.startswith("b_")})
         return self._dues[where]
 
-    def prefix_match(self, column: sa.ColumnElement, prefix: str) -> sa.ColumnElement[bool]:
+    def prefix_match(self, column: sa.ColumnElement[str], prefix: str) -> sa.ColumnElement[bool]:
         # SQLite's LIKE folds ASCII case; the substr comparison makes the match exact
         return sa.and_(super().prefix_match(column, prefix),
                        sa.func.substr(column, 1, len(prefix)) == prefix)
@@ -141,7 +145,8 @@ class SQLiteQueueDao(QueueDao):
 
     @classmethod
     def error_code(cls, exc: sa.exc.DBAPIError) -> int | str | None:
-        code = getattr(exc.orig, "sqlite_errorcode", None)
+        # sqlite3's extended result code (Python 3.11), where the error carries one
+        code: int | None = getattr(exc.orig, "sqlite_errorcode", None)
         if code is not None and code & 0xFF in _BUSY:
             return code & 0xFF  # the extended busy and locked codes keep these in the low byte
         if code == _SQLITE_ERROR:  # a plain SQLITE_ERROR: only the message tells
