@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mssql
@@ -27,6 +27,12 @@ from sqlalchemy.ext.compiler import compiles
 from ..errors import InvalidArgumentError
 from ..schema import ERROR_LENGTH, QueueKey, QueuePayload, QueueText
 from .base import ClaimedRow, QueueDao
+from .common import AnySelect
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql.compiler import GenericTypeCompiler
+
+    from ..schema import MigrationOps
 
 _PARAMETER_LIMIT = 2100
 # bound values per inserted row: every column but the identity and claimed_by (enqueued_by
@@ -39,22 +45,24 @@ _NATIVE_ERROR = re.compile(r"\((\d+)\) \(SQL\w+\)")
 
 
 @compiles(QueueKey, "mssql")
-def _key(type_, compiler, **kw):
+def _key(type_: QueueKey, compiler: GenericTypeCompiler, **kw: Any) -> str:
     # national text so any key fits whatever the database code page; NVARCHAR(n) counts UTF-16
     # code units, and a character outside the BMP takes two; a binary collation so keys compare
     # case- and accent-sensitively (the default collations fold case)
+    assert type_.length is not None  # the schema declares every key column with its length
     return f"NVARCHAR({2 * type_.length}) COLLATE Latin1_General_100_BIN2"
 
 
 @compiles(QueueText, "mssql")
-def _text(type_, compiler, **kw):
+def _text(type_: QueueText, compiler: GenericTypeCompiler, **kw: Any) -> str:
     # NVARCHAR(n) counts UTF-16 code units and a character outside the BMP takes two, so n
     # characters of any text need 2n units (4000, the largest n short of MAX, for 2000)
+    assert type_.length is not None  # the schema declares every text column with its length
     return f"NVARCHAR({2 * type_.length})"
 
 
 @compiles(QueuePayload, "mssql")
-def _payload(type_, compiler, **kw):
+def _payload(type_: QueuePayload, compiler: GenericTypeCompiler, **kw: Any) -> str:
     # without a server version at hand SQLAlchemy renders the deprecated IMAGE type
     return "VARBINARY(MAX)"
 
@@ -146,7 +154,7 @@ class MSSQLQueueDao(QueueDao):
         return native_error(exc)
 
     @classmethod
-    def widen_error_text_op(cls, op, table_name: str, online: bool) -> None:
+    def widen_error_text_op(cls, op: MigrationOps, table_name: str, online: bool) -> None:
         # the first schema declared NVARCHAR(2000): too short for 2000 characters outside the
         # BMP. Widening an NVARCHAR is a metadata change on SQL Server, the rows stay put.
         if online and _declared_length(op, table_name) >= 2 * ERROR_LENGTH:
@@ -162,7 +170,7 @@ class MSSQLQueueDao(QueueDao):
                     f"key {key!r} ends with a space: SQL Server ignores trailing spaces when "
                     "comparing text, so it would be the same message as the key without them")
 
-    def select_existing(self) -> sa.Select:
+    def select_existing(self) -> AnySelect:
         # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): lock by table hint
         return super().select_existing().with_hint(
             self.table, "WITH (UPDLOCK, HOLDLOCK)", dialect_name="mssql")
@@ -173,17 +181,18 @@ class MSSQLQueueDao(QueueDao):
         return self.claim_returning(conn, pkind, now_ms, limit, lock, until_ms, where, actor,
                                     lambda r: ClaimedRow(r[0], r[1], bytes(r[2]), *r[3:]))
 
-    def build_select_due(self, where: tuple[str, ...]) -> sa.Select:
+    def build_select_due(self, where: tuple[str, ...]) -> AnySelect:
         return self.lock_rows(super().build_select_due(where), self.table, skip=True)
 
-    def lock_rows(self, stmt: sa.Select, table: sa.FromClause, *, skip: bool) -> sa.Select:
+    def lock_rows(self, stmt: AnySelect, table: sa.FromClause, *, skip: bool) -> AnySelect:
         # FOR UPDATE does not exist here (SQLAlchemy renders nothing for it): table hints lock
         hint = "WITH (UPDLOCK, ROWLOCK, READPAST)" if skip else "WITH (UPDLOCK, ROWLOCK)"
         return stmt.with_hint(table, hint, dialect_name="mssql")
 
 
-def _declared_length(op, table_name: str) -> int:
+def _declared_length(op: MigrationOps, table_name: str) -> int:
     """The declared length of ``last_error`` (0 for MAX or an unknown type)."""
     columns = sa.inspect(op.get_bind()).get_columns(table_name)
     kind = next(c["type"] for c in columns if c["name"] == "last_error")
-    return getattr(kind, "length", None) or 0
+    length: int | None = getattr(kind, "length", None)  # a string type's, where it has one
+    return length or 0

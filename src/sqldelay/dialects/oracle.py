@@ -18,36 +18,43 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from ..schema import ERROR_LENGTH, QueueId, QueueKey, QueuePayload, QueueText
 from .base import OfferEvents, OfferRow, QueueDao
+from .common import AnySelect
 from .flow import claim_order
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine.interfaces import DBAPICursor
+    from sqlalchemy.sql.compiler import GenericTypeCompiler
+
+    from ..schema import MigrationOps
 
 
 @compiles(QueueId, "oracle")
-def _id(type_, compiler, **kw):
+def _id(type_: QueueId, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return "NUMBER(19)"  # Oracle has no BIGINT
 
 
 @compiles(QueueKey, "oracle")
-def _key(type_, compiler, **kw):
+def _key(type_: QueueKey, compiler: GenericTypeCompiler, **kw: Any) -> str:
     # the length counts characters, not bytes, so a key of KEY_LENGTH characters always fits
     return f"VARCHAR2({type_.length} CHAR)"
 
 
 @compiles(QueueText, "oracle")
-def _text(type_, compiler, **kw):
+def _text(type_: QueueText, compiler: GenericTypeCompiler, **kw: Any) -> str:
     # a standard VARCHAR2 holds at most 4000 bytes whatever its CHAR length, and 2000
     # characters of UTF-8 may need 8000 (ORA-12899): free text goes into a CLOB
     return "CLOB"
 
 
 @compiles(QueuePayload, "oracle")
-def _payload(type_, compiler, **kw):
+def _payload(type_: QueuePayload, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return "BLOB"  # RAW stops at 2000 bytes (32767 with extended strings)
 
 
@@ -73,9 +80,9 @@ class OracleQueueDao(QueueDao):
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
-        self._dues: dict[tuple[str, ...], sa.Select] = {}
+        self._dues: dict[tuple[str, ...], AnySelect] = {}
 
-    def _due(self, where: tuple[str, ...]) -> sa.Select:
+    def _due(self, where: tuple[str, ...]) -> AnySelect:
         """The claim's locking read, without a row limit, with the claim conditions ``where``."""
         if where not in self._dues:
             t = self.table
@@ -103,7 +110,7 @@ class OracleQueueDao(QueueDao):
         return oracle_error_code(exc)
 
     @classmethod
-    def widen_error_text_op(cls, op, table_name: str, online: bool) -> None:
+    def widen_error_text_op(cls, op: MigrationOps, table_name: str, online: bool) -> None:
         # the first schema declared VARCHAR2(2000 CHAR), which a standard VARCHAR2's 4000-byte
         # ceiling undercuts. Oracle cannot ALTER a VARCHAR2 into a CLOB (ORA-22858): a CLOB
         # column takes the texts, then the name.
@@ -121,12 +128,13 @@ class OracleQueueDao(QueueDao):
         with conn.begin_nested():
             super().insert_new(conn, pkind, rows, now_ms, actor)
 
-    def insert_rows(self, conn: sa.Connection, table: sa.Table, params: Sequence[dict]) -> None:
+    def insert_rows(self, conn: sa.Connection, table: sa.Table,
+                    params: Sequence[dict[str, Any]]) -> None:
         # no multi-row VALUES here: the driver's array insert, one round trip
         conn.execute(sa.insert(table), list(params))
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
-                 where: Sequence[str]) -> list[tuple]:
+                 where: Sequence[str]) -> list[tuple[Any, ...]]:
         if not conn.in_transaction():
             conn.begin()  # the raw cursor below must run inside the transaction that commits
         # SQLAlchemy sets no per-statement fetch size, so the locking read uses a driver cursor
@@ -163,8 +171,8 @@ class OracleQueueDao(QueueDao):
         return [r.pkey for r in rows]
 
 
-def _as_sqlalchemy_error(conn: sa.Connection, exc: Exception, sql: str, params: dict,
-                         cursor) -> Exception:
+def _as_sqlalchemy_error(conn: sa.Connection, exc: Exception, sql: str,
+                         params: dict[str, Any], cursor: DBAPICursor | None) -> Exception:
     """A driver error of the claim's own cursor as SQLAlchemy raises those of the statements
     it runs (``Connection._handle_dbapi_exception``): wrapped in the ``DBAPIError`` subclass
     that the executor classifies (ORA-00060 is retried, ORA-00942 is a missing table), and,
@@ -185,12 +193,12 @@ def _as_sqlalchemy_error(conn: sa.Connection, exc: Exception, sql: str, params: 
     return wrapped
 
 
-def _bytes(payload) -> bytes:
+def _bytes(payload: Any) -> bytes:
     # SQLAlchemy makes the driver return BLOBs as bytes unless auto_convert_lobs=False
     return payload.read() if hasattr(payload, "read") else bytes(payload)
 
 
-def _is_varchar(op, table_name: str) -> bool:
+def _is_varchar(op: MigrationOps, table_name: str) -> bool:
     columns = sa.inspect(op.get_bind()).get_columns(table_name)
     kind = next(c["type"] for c in columns if c["name"] == "last_error")
     return isinstance(kind, sa.String) and not isinstance(kind, sa.Text)
