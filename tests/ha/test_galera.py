@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqldelay import DelayedQueue, Message, UnsupportedFeatureError, Worker, create_schema, patience
 from tools import ha
 
+from ..conftest import unique_name
 from ..helpers import in_thread, wait_for
 from .records import Records, record_acks, run_until_handled, started_cluster
 
@@ -30,6 +31,14 @@ ACQUIRE = timedelta(seconds=10)
 
 @pytest.fixture
 def cluster():
+    """A cluster of the test's own: for a test that kills a node."""
+    yield from started_cluster(lambda: ha.GaleraCluster(3))
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """One cluster for the tests that leave every node running (each in queues of its own
+    names): starting three nodes takes about ten seconds."""
     yield from started_cluster(lambda: ha.GaleraCluster(3))
 
 
@@ -128,19 +137,20 @@ def test_three_nodes_hand_each_offer_out_once_and_survive_a_node_killed(cluster,
 
 
 @pytest.mark.parametrize("spread", ["one node", "three nodes"])
-def test_claims_per_second_on_one_node_and_on_three(cluster, spread, capsys):
+def test_claims_per_second_on_one_node_and_on_three(shared, spread, capsys):
     """The same three workers drain 3000 messages, all on one node or one on each: the
     price of SKIP LOCKED that does not see the other nodes' locks (certification conflicts,
     retried). Every message is still handled once."""
-    engines = _engines(cluster)
+    engines = _engines(shared)
     create_schema(engines["g0"])
     deadlocks = Deadlocks(engines)
     keys = [f"k{i}" for i in range(3000)]
-    DelayedQueue(engines["g0"], "spread", acquire_timeout=ACQUIRE).offer_many(
+    name = unique_name("spread")
+    DelayedQueue(engines["g0"], name, acquire_timeout=ACQUIRE).offer_many(
         [Message(k, k) for k in keys])
-    nodes = ["g0"] * 3 if spread == "one node" else cluster.names
+    nodes = ["g0"] * 3 if spread == "one node" else shared.names
     records = Records()
-    workers = [Worker(DelayedQueue(engines[n], "spread", acquire_timeout=ACQUIRE),
+    workers = [Worker(DelayedQueue(engines[n], name, acquire_timeout=ACQUIRE),
                       lambda e, i=i: records.handle(e.key, f"w{i}"), concurrency=4,
                       batch_size=20, idle_poll=timedelta(milliseconds=200))
                for i, n in enumerate(nodes)]
@@ -155,15 +165,16 @@ def test_claims_per_second_on_one_node_and_on_three(cluster, spread, capsys):
     assert set(records.handled) == set(keys)
 
 
-def test_serial_groups_hold_across_nodes(cluster, capsys):
+def test_serial_groups_hold_across_nodes(shared, capsys):
     """Messages of one group are handled one at a time though their consumers claim on three
     nodes: the claims that take a group's turn write the same rows, so a second one fails
     certification and runs again."""
-    engines = _engines(cluster)
+    engines = _engines(shared)
     create_schema(engines["g0"])
     deadlocks = Deadlocks(engines)
     keys = [f"k{i}" for i in range(300)]
-    DelayedQueue(engines["g0"], "groups", acquire_timeout=ACQUIRE).offer_many(
+    name = unique_name("groups")
+    DelayedQueue(engines["g0"], name, acquire_timeout=ACQUIRE).offer_many(
         [Message(k, k, group=f"grp{i % 5}") for i, k in enumerate(keys)])
     lock = threading.Lock()
     intervals: dict[str, list[tuple[float, float, str]]] = collections.defaultdict(list)
@@ -177,10 +188,10 @@ def test_serial_groups_hold_across_nodes(cluster, capsys):
             intervals[f"grp{int(envelope.key[1:]) % 5}"].append((began, time.monotonic(),
                                                                   node))
 
-    workers = [Worker(DelayedQueue(engines[n], "groups", acquire_timeout=ACQUIRE),
+    workers = [Worker(DelayedQueue(engines[n], name, acquire_timeout=ACQUIRE),
                       lambda e, n=n: handler(e, n), concurrency=4, batch_size=10,
                       idle_poll=timedelta(milliseconds=100))
-               for n in cluster.names]
+               for n in shared.names]
     run_until_handled(workers, records, len(keys), engines.values())
     overlaps = [(group, a, b) for group, runs in intervals.items()
                 for a, b in itertools.pairwise(sorted(runs)) if b[0] < a[1]]
@@ -193,14 +204,14 @@ def test_serial_groups_hold_across_nodes(cluster, capsys):
     assert not overlaps, overlaps[:3]
 
 
-def test_a_concurrency_cap_is_refused_on_galera_and_nothing_written(cluster):
+def test_a_concurrency_cap_is_refused_on_galera_and_nothing_written(shared):
     """The cap counts the messages in flight under the settings row's lock, which Galera does
     not replicate, and claims of different messages write no row in common: consumers on
     two nodes would both see room (with a cap of 2 on three nodes, 4 ran at once)."""
-    engine = sa.create_engine(cluster.url("g1"), poolclass=sa.pool.NullPool)
+    engine = sa.create_engine(shared.url("g1"), poolclass=sa.pool.NullPool)
     try:
         create_schema(engine)
-        q = DelayedQueue(engine, "capped")
+        q = DelayedQueue(engine, unique_name("capped"))
         with pytest.raises(UnsupportedFeatureError, match="concurrency limit cannot hold"):
             q.set_concurrency_limit(2)
         assert q.flow_control().concurrency_limit is None  # nothing written
@@ -210,21 +221,22 @@ def test_a_concurrency_cap_is_refused_on_galera_and_nothing_written(cluster):
 
 
 @pytest.mark.parametrize("spread", ["one node", "three nodes"])
-def test_a_rate_limit_holds_across_nodes(cluster, spread, capsys):
+def test_a_rate_limit_holds_across_nodes(shared, spread, capsys):
     """A rate limit of 20 a second, set once for the queue, obeyed by three consumers
     together, on one node or one on each: each claim charges the bucket by writing the
     settings row, and certification orders those writes across nodes."""
-    engines = _engines(cluster)
+    engines = _engines(shared)
     create_schema(engines["g0"])
-    first = DelayedQueue(engines["g0"], "limited", acquire_timeout=ACQUIRE)
+    name = unique_name("limited")
+    first = DelayedQueue(engines["g0"], name, acquire_timeout=ACQUIRE)
     first.set_rate_limit(20, timedelta(seconds=1))
     keys = [f"k{i}" for i in range(120)]
     first.offer_many([Message(k, k) for k in keys])
     records = Records()
-    workers = [Worker(DelayedQueue(engines[n], "limited", acquire_timeout=ACQUIRE),
+    workers = [Worker(DelayedQueue(engines[n], name, acquire_timeout=ACQUIRE),
                       lambda e, n=n: records.handle(e.key, n), concurrency=4, batch_size=10,
                       idle_poll=timedelta(milliseconds=100))
-               for n in (["g0"] * 3 if spread == "one node" else cluster.names)]
+               for n in (["g0"] * 3 if spread == "one node" else shared.names)]
     run_until_handled(workers, records, len(keys), engines.values())
     starts = sorted(t for runs in records.handled.values() for t, _ in runs)
     elapsed = starts[-1] - starts[0]
