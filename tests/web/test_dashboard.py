@@ -294,9 +294,30 @@ def test_a_queue_is_shown_whole_once_its_reads_are_in(browser, server, engine, t
     page.goto(f"{server.url}/#queue={q.name}")
     expect(page.locator('#dead-letters tbody tr[data-key="k"]')).to_be_visible()
     # the chart above was drawn before the dead letters were shown: it never pushes them
-    # from under the pointer
-    assert page.evaluate("window.lateAnswers") >= 1
+    # from under the pointer (a read that failed would be said here)
+    assert page.evaluate("window.lateAnswers") >= 1, page.locator("#problem").text_content()
     assert page.locator("#chart-note").text_content()
+    context.close()
+    assert errors == []
+
+
+def test_a_queue_whose_read_failed_is_shown_once_the_others_are_in(browser, server, engine,
+                                                                   table_name):
+    # the queue's own figures cannot be read (the database went away for that read): the
+    # queue is shown with the problem said, but only once its other reads are in, the late
+    # chart too, as when every read succeeds
+    q = DelayedQueue(engine, unique_name("ui"), table_name=table_name)
+    q.offer("k", 1)
+    DeadLetters.of(q).bury(q.poll(), "boom")
+    context = browser.new_context()
+    context.add_init_script(answered_late("^v1[/]throughput$"))
+    context.route(f"**/v1/queues/{q.name}", lambda route: route.fulfill(
+        status=503, json={"error": {"code": "unavailable", "message": "database unavailable"}}))
+    page, errors = sign_in_to(context, server, TOKEN)
+    page.goto(f"{server.url}/#queue={q.name}")
+    expect(page.locator('#dead-letters tbody tr[data-key="k"]')).to_be_visible()
+    assert page.evaluate("window.lateAnswers") >= 1
+    expect(page.locator("#problem")).to_have_text("database unavailable")
     context.close()
     assert errors == []
 

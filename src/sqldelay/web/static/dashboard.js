@@ -299,7 +299,10 @@ async function readQueues() {
 
 async function select(name) {
   const opened = reading("queue");
-  const another = name !== $("detail-name").textContent;
+  // a queue still opening is opened again as another: routed twice (the page's first route
+  // and the hashchange of an address changed while it loaded), the second route showed
+  // what the first had drawn so far
+  const another = state.opening || name !== $("detail-name").textContent;
   if (another) {
     $("lookup-result").textContent = "";
     for (const id of ["rate-limit", "concurrency-limit"]) $(id).value = "";
@@ -313,7 +316,11 @@ async function select(name) {
   state.deadOffset = 0;
   $("detail-name").textContent = name;
   try {
-    await Promise.all([refreshDetail(), browse(false), refreshDeadLetters(), refreshChart()]);
+    // every read settled before the queue is shown, a failed one too (then said, above it)
+    const reads = await Promise.allSettled([refreshDetail(), browse(false),
+                                            refreshDeadLetters(), refreshChart()]);
+    const failed = reads.find((read) => read.status === "rejected");
+    if (failed) throw failed.reason;
   } finally {
     if (opened()) {
       state.opening = false;
