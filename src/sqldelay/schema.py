@@ -89,7 +89,7 @@ def _payload_default(type_: QueuePayload, compiler: GenericTypeCompiler, **kw: A
 
 
 # the schema version this code reads and writes: the newest migration's revision
-SCHEMA_VERSION = "0009"
+SCHEMA_VERSION = "0010"
 
 
 class _Column(NamedTuple):
@@ -404,6 +404,10 @@ DEAD = _TableSpec("_dead", "0002", (
     _Column("0005", lambda: sa.Column("enqueued_by", QueueKey(ACTOR_LENGTH), nullable=True)),
 ), (
     _Index("_kind_ix", ("pkind", "failed_at", "id")),
+    # a key's dead letters, oldest first (a task's status, a listing of one key): through the
+    # index above, a read of a key the queue has no dead letter of went through all of the
+    # queue's (PostgreSQL 15, 300,000 dead letters: 34 ms a read; 0.03 ms through this one)
+    _Index("_key_ix", ("pkind", "pkey", "failed_at", "id"), since="0010"),
 ))
 
 # a row per group that a claim has met: while one of its messages is in flight (claimed_until

@@ -295,6 +295,36 @@ def test_an_upgrade_from_the_0007_schema_keeps_a_group_held_by_its_message_in_fl
         drop_schema(engine, table_name=name)
 
 
+def test_an_upgrade_from_the_0009_schema_indexes_the_dead_letters_by_key_and_keeps_them(
+        backend_url, engine):
+    """0010 indexes the dead letters by key; the dead letters written before are all there,
+    found by key, and a downgrade takes the index away again."""
+    name = unique_name("sqdk")
+    alembic(backend_url, name, "upgrade", "0009")
+    try:
+        kind, now = "orders|json", 1_000_000
+        with engine.begin() as conn:
+            for key, failed in (("a", now), ("b", now + 1), ("a", now + 2)):
+                conn.execute(sa.text(
+                    f"INSERT INTO {name}_dead (pkind, pkey, payload, scheduled_at_initially, "
+                    "created_at, attempts, last_error, failed_at, priority) "
+                    "VALUES (:k, :key, :p, :c, :c, 3, 'boom', :f, 0)"),
+                    {"k": kind, "key": key, "p": b'"x"', "c": now, "f": failed})
+        assert "_dead_key_ix" not in {ix for ix, _, _ in shape(backend_url, name)["_dead"][1]}
+        alembic(backend_url, name, "upgrade", "head")
+        indexes = shape(backend_url, name)["_dead"][1]
+        assert ("_dead_key_ix", ("pkind", "pkey", "failed_at", "id"), False) in indexes
+        dead = DeadLetters(engine, table_name=name)
+        assert [(d.key, d.failed_at) for d in dead.list(key="a")] == \
+            [("a", d.failed_at) for d in dead.list() if d.key == "a"]
+        assert len(dead.list(key="a")) == 2 and dead.count() == 3
+        alembic(backend_url, name, "downgrade", "0009")
+        assert "_dead_key_ix" not in {ix for ix, _, _ in shape(backend_url, name)["_dead"][1]}
+        assert dead.count() == 3
+    finally:
+        drop_schema(engine, table_name=name)
+
+
 def _drop(engine, what: str, name: str) -> str:
     """Drop the queue table, the claims' index or the history table of queue table ``name``
     by hand, as an operator might; the name of what went."""

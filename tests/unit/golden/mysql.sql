@@ -20,27 +20,30 @@ CREATE INDEX delayed_queue_kind_prio_ix ON delayed_queue (pkind, priority DESC, 
 CREATE TABLE delayed_queue_dead ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, payload LONGBLOB NOT NULL, scheduled_at_initially BIGINT NOT NULL, created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, last_error VARCHAR(2000) CHARACTER SET utf8mb4, failed_at BIGINT NOT NULL, priority INTEGER NOT NULL DEFAULT 0, group_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, enqueued_by VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, PRIMARY KEY (id) );
 
 -- ddl 7
-CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
+CREATE INDEX delayed_queue_dead_key_ix ON delayed_queue_dead (pkind, pkey, failed_at, id);
 
 -- ddl 8
-CREATE TABLE delayed_queue_groups ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, group_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, claimed_until BIGINT, lock_uuid VARCHAR(36), PRIMARY KEY (pkind, group_key) );
+CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
 
 -- ddl 9
-CREATE TABLE delayed_queue_settings ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, paused SMALLINT NOT NULL DEFAULT 0, has_groups SMALLINT NOT NULL DEFAULT 0, rate_limit INTEGER, rate_period_ms BIGINT, tokens_milli BIGINT, refilled_at BIGINT, max_in_flight INTEGER, PRIMARY KEY (pkind) );
+CREATE TABLE delayed_queue_groups ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, group_key VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, claimed_until BIGINT, lock_uuid VARCHAR(36), PRIMARY KEY (pkind, group_key) );
 
 -- ddl 10
-CREATE TABLE delayed_queue_history ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, at BIGINT NOT NULL, kind VARCHAR(20) NOT NULL, actor VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, attempt INTEGER, detail VARCHAR(2000) CHARACTER SET utf8mb4, PRIMARY KEY (id) );
+CREATE TABLE delayed_queue_settings ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, paused SMALLINT NOT NULL DEFAULT 0, has_groups SMALLINT NOT NULL DEFAULT 0, rate_limit INTEGER, rate_period_ms BIGINT, tokens_milli BIGINT, refilled_at BIGINT, max_in_flight INTEGER, PRIMARY KEY (pkind) );
 
 -- ddl 11
-CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey, id);
+CREATE TABLE delayed_queue_history ( id BIGINT NOT NULL AUTO_INCREMENT, pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, at BIGINT NOT NULL, kind VARCHAR(20) NOT NULL, actor VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, attempt INTEGER, detail VARCHAR(2000) CHARACTER SET utf8mb4, PRIMARY KEY (id) );
 
 -- ddl 12
-CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
+CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey, id);
 
 -- ddl 13
-CREATE TABLE delayed_queue_results ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, task VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, status VARCHAR(20) NOT NULL, payload LONGBLOB NOT NULL, return_value LONGBLOB, attempts INTEGER NOT NULL, worker VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, created_at BIGINT NOT NULL, started_at BIGINT NOT NULL, finished_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (pkind, pkey) );
+CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
 -- ddl 14
+CREATE TABLE delayed_queue_results ( pkind VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, pkey VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, task VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin NOT NULL, status VARCHAR(20) NOT NULL, payload LONGBLOB NOT NULL, return_value LONGBLOB, attempts INTEGER NOT NULL, worker VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin, created_at BIGINT NOT NULL, started_at BIGINT NOT NULL, finished_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (pkind, pkey) );
+
+-- ddl 15
 CREATE INDEX delayed_queue_results_kind_expiry_ix ON delayed_queue_results (pkind, expires_at);
 
 -- offer 0

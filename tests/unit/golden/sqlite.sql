@@ -20,27 +20,30 @@ CREATE INDEX delayed_queue_kind_prio_ix ON delayed_queue (pkind, priority DESC, 
 CREATE TABLE delayed_queue_dead ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, payload BLOB NOT NULL, scheduled_at_initially BIGINT NOT NULL, created_at BIGINT NOT NULL, attempts INTEGER NOT NULL, last_error VARCHAR(2000), failed_at BIGINT NOT NULL, priority INTEGER DEFAULT 0 NOT NULL, group_key VARCHAR(200), enqueued_by VARCHAR(200), PRIMARY KEY (id) );
 
 -- ddl 7
-CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
+CREATE INDEX delayed_queue_dead_key_ix ON delayed_queue_dead (pkind, pkey, failed_at, id);
 
 -- ddl 8
-CREATE TABLE delayed_queue_groups ( pkind VARCHAR(100) NOT NULL, group_key VARCHAR(200) NOT NULL, claimed_until BIGINT, lock_uuid VARCHAR(36), PRIMARY KEY (pkind, group_key) );
+CREATE INDEX delayed_queue_dead_kind_ix ON delayed_queue_dead (pkind, failed_at, id);
 
 -- ddl 9
-CREATE TABLE delayed_queue_settings ( pkind VARCHAR(100) NOT NULL, paused SMALLINT DEFAULT 0 NOT NULL, has_groups SMALLINT DEFAULT 0 NOT NULL, rate_limit INTEGER, rate_period_ms BIGINT, tokens_milli BIGINT, refilled_at BIGINT, max_in_flight INTEGER, PRIMARY KEY (pkind) );
+CREATE TABLE delayed_queue_groups ( pkind VARCHAR(100) NOT NULL, group_key VARCHAR(200) NOT NULL, claimed_until BIGINT, lock_uuid VARCHAR(36), PRIMARY KEY (pkind, group_key) );
 
 -- ddl 10
-CREATE TABLE delayed_queue_history ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, at BIGINT NOT NULL, kind VARCHAR(20) NOT NULL, actor VARCHAR(200), attempt INTEGER, detail VARCHAR(2000), PRIMARY KEY (id) );
+CREATE TABLE delayed_queue_settings ( pkind VARCHAR(100) NOT NULL, paused SMALLINT DEFAULT 0 NOT NULL, has_groups SMALLINT DEFAULT 0 NOT NULL, rate_limit INTEGER, rate_period_ms BIGINT, tokens_milli BIGINT, refilled_at BIGINT, max_in_flight INTEGER, PRIMARY KEY (pkind) );
 
 -- ddl 11
-CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey, id);
+CREATE TABLE delayed_queue_history ( id INTEGER NOT NULL, pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, at BIGINT NOT NULL, kind VARCHAR(20) NOT NULL, actor VARCHAR(200), attempt INTEGER, detail VARCHAR(2000), PRIMARY KEY (id) );
 
 -- ddl 12
-CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
+CREATE INDEX delayed_queue_history_key_ix ON delayed_queue_history (pkind, pkey, id);
 
 -- ddl 13
-CREATE TABLE delayed_queue_results ( pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, task VARCHAR(200) NOT NULL, status VARCHAR(20) NOT NULL, payload BLOB NOT NULL, return_value BLOB, attempts INTEGER NOT NULL, worker VARCHAR(200), created_at BIGINT NOT NULL, started_at BIGINT NOT NULL, finished_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (pkind, pkey) );
+CREATE INDEX delayed_queue_history_kind_at_ix ON delayed_queue_history (pkind, at);
 
 -- ddl 14
+CREATE TABLE delayed_queue_results ( pkind VARCHAR(100) NOT NULL, pkey VARCHAR(200) NOT NULL, task VARCHAR(200) NOT NULL, status VARCHAR(20) NOT NULL, payload BLOB NOT NULL, return_value BLOB, attempts INTEGER NOT NULL, worker VARCHAR(200), created_at BIGINT NOT NULL, started_at BIGINT NOT NULL, finished_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (pkind, pkey) );
+
+-- ddl 15
 CREATE INDEX delayed_queue_results_kind_expiry_ix ON delayed_queue_results (pkind, expires_at);
 
 -- offer 0
