@@ -68,6 +68,20 @@ def test_error_text_is_widened_where_the_first_schema_was_too_narrow(url, separa
     assert all(parses(s, grammar) for s in sql)
 
 
+@pytest.mark.parametrize(("url", "separator", "grammar"), [
+    (MSSQL_URL, "\nGO\n", "tsql"), (ORACLE_URL, "\n/\n", "oracle")], ids=["mssql", "oracle"])
+def test_the_dead_letters_key_index_is_sql_each_database_parses(url, separator, grammar):
+    done = offline(url, "upgrade", "0009:0010")
+    assert done.returncode == 0, done.stderr
+    sql = statements(done.stdout, separator)
+    assert sql == ["CREATE INDEX delayed_queue_dead_key_ix ON delayed_queue_dead "
+                   "(pkind, pkey, failed_at, id)"]
+    assert parses(sql[0], grammar)
+    undone = statements(offline(url, "downgrade", "0010:0009").stdout, separator)
+    assert len(undone) == 1 and undone[0].startswith("DROP INDEX delayed_queue_dead_key_ix")
+    assert parses(undone[0], grammar)
+
+
 @pytest.mark.parametrize(("dialect", "separator", "grammar"), [
     ("mssql", "\nGO\n", "tsql"), ("oracle", "\n/\n", "oracle")])
 def test_making_again_a_dropped_table_and_index_is_sql_each_database_parses(dialect, separator,
