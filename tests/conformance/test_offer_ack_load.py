@@ -69,14 +69,14 @@ def retries():
 @pytest.mark.slow
 def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target, retries):
     # Deadlocks that remain (10 s a target, shared 2-core machine, MariaDB 10.11):
-    # - MariaDB, 2 to 10 retried and 0 to 3 reaching callers a run (200 to 250 and 140 to
+    # - MariaDB, 0 to 8 retried and 0 to 2 reaching callers a run (200 to 250 and 140 to
     #   180 before acks of several claim batches locked their rows in id order,
-    #   ``lock_acked``): an offer holds the rows it updates (locked in id order) when it
-    #   inserts its new keys, and an insert waits for any transaction holding the key's
-    #   unique-index entry: an ack deleting a row of that key that appeared after the
-    #   offer's read, or an offer whose insert of the key failed (a duplicate leaves a
-    #   shared next-key lock on it, at READ COMMITTED too), while that transaction waits
-    #   for a row the offer holds.
+    #   ``lock_acked``; 1 to 8 and 0 to 8 before an offer read again the keys it had not
+    #   found once it held the rows it had): an offer holds the rows it updates (locked in
+    #   id order) when it inserts its new keys, and an insert waits for any transaction
+    #   holding the key's unique-index entry, such as an ack deleting a row of that key
+    #   that appeared after the offer's last read, while that transaction waits for a row
+    #   the offer holds.
     # - PostgreSQL, none: 8 to 20 retried and 3 to 7 reaching callers a run, and 16 to 101
     #   offers made, before acks took their rows in key order, the offers' (``_taken``),
     #   and before a claim carrying acks ran them first, holding no row it had just

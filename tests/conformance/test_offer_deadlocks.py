@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from sqldelay import DelayedQueue, Message, OfferOutcome, create_schema, drop_schema
 from sqldelay.dialects import ErrorKind, OfferRow
+from sqldelay.retry_counts import counting
 
 from ..conftest import unique_name
 from ..helpers import wait_for
@@ -486,3 +487,69 @@ def _session(conn: sa.Connection) -> int:
     """The database session id of ``conn``."""
     return conn.exec_driver_sql("SELECT pg_backend_pid()" if conn.dialect.name == "postgresql"
                                 else "SELECT CONNECTION_ID()").scalar_one()
+
+
+def test_a_key_inserted_while_an_offer_waited_for_its_rows_is_locked_not_met_by_its_insert(
+        one_queue, engine):
+    # An offer of a (absent) and c (there) locks c, waiting for whoever holds it, and in
+    # that time another producer inserts a. InnoDB: inserting a then failed on it, and the
+    # failed insert kept a shared lock on a's index entry and the gap before it to the end
+    # of the transaction. A second producer (its caller's transaction) then took a to update
+    # it and inserted 0, in that gap, while the first, going on, waited to lock a: a
+    # deadlock. Reading again the keys it did not find, once it holds the rows it found,
+    # the offer locks a as it locked c, holding no gap, and waits for the second producer.
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        pytest.skip("InnoDB's locks: on PostgreSQL an offer of a key inserted meanwhile "
+                    "updates it in the same statement; SQLite has one writer at a time")
+    one_queue.offer("c", 0)  # so the offer's plain insert fails, and it takes the usual way
+    main = threading.current_thread()
+    locking_reads: list[str] = []
+    inserted_meanwhile, steering = [], []
+    second: list[list[OfferOutcome] | BaseException] = []
+    sessions: list[int] = []
+
+    def second_producer() -> None:
+        with engine.connect() as conn:
+            one_queue.dao.begin_read_committed(conn)  # the README's advice for MySQL
+            sessions.append(_session(conn))
+            try:
+                second.append(one_queue.offer_many([Message("0", 2), Message("a", 2)],
+                                                   connection=conn))
+                conn.commit()
+            except BaseException as exc:
+                second.append(exc)
+
+    def steer(conn, cursor, statement, parameters, context, executemany):
+        if threading.current_thread() is not main or steering:
+            return
+        steering.append(True)
+        try:
+            if len(locking_reads) == 1 and not inserted_meanwhile:
+                # the statement after the locking read of c: a is inserted meanwhile
+                inserted_meanwhile.append(statement)
+                with engine.begin() as other:
+                    other.execute(sa.insert(one_queue.dao.table), one_queue.dao.row_params(
+                        one_queue.pkind, [OfferRow("a", b"1", 0, True)], 0))
+            if "FOR UPDATE" in statement:
+                locking_reads.append(statement)
+                if len(locking_reads) == 2:  # the offer is about to lock a
+                    producing.start()
+                    wait_for(lambda: second or sessions and _waits_for_a_lock(
+                        engine, sessions[0]), 30, "the second producer to end or wait")
+        finally:
+            steering.clear()
+
+    producing = threading.Thread(target=second_producer)
+    sa.event.listen(engine, "before_cursor_execute", steer)
+    try:
+        with counting() as retries:
+            first = one_queue.offer_many([Message("a", 1), Message("c", 1)])
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", steer)
+        if producing.is_alive():
+            producing.join(60)
+    assert inserted_meanwhile and len(locking_reads) >= 2
+    assert second == [[OfferOutcome.CREATED, OfferOutcome.UPDATED]]
+    assert first == [OfferOutcome.UPDATED, OfferOutcome.UPDATED]
+    assert retries.deadlocks == 0
+    assert one_queue.get("a").payload == 1 and one_queue.get("0").payload == 2

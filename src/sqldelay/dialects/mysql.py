@@ -115,18 +115,17 @@ class MySQLQueueDao(QueueDao):
     # alternating rounds (MariaDB 10.11): 59,000 messages/s the usual way, 67,000 inserting
     # alone (medians).
     inserts_first = True
-    # The deadlocks offers still meet under load (tests/conformance/test_offer_ack_load.py):
-    # an insert that fails on a key inserted since the offer's read keeps a shared lock on
+    # An insert that fails on a key inserted since the offer's read keeps a shared lock on
     # that key's index entry and the gap before it to the end of the transaction, and the
-    # round after it then waits for rows that an ack of that key, or an offer inserting in
-    # that gap, holds. Two ways out were measured in that test with four producers in
-    # sqldelay's own transactions (MariaDB 10.11, 10 s a driver, three drivers) and left
-    # out: starting the transaction again at every such duplicate lost the race to the
-    # other producers, up to 70 times in a row, and two offers gave up; starting it again
-    # only where that round's read would wait (NOWAIT) took the deadlocks retried from
-    # 4-22 to 0-7, but made 110-230 new starts and 15% fewer offers. InnoDB finds a
-    # deadlock at once and sqldelay retries it: in its own transactions, cheaper than
-    # avoiding it. A caller's transaction is the caller's to retry (the README says so).
+    # round after it can deadlock on it (``existing_rows`` reads the keys not found again
+    # to make that rare). Two other ways out were measured in the offer and ack load test
+    # (tests/conformance) with four producers in sqldelay's own transactions (MariaDB
+    # 10.11, 10 s a driver, three drivers) and left out: starting the transaction again at
+    # every such duplicate lost the race to the other producers, up to 70 times in a row,
+    # and two offers gave up; starting it again only where that round's read would wait
+    # (NOWAIT) took the deadlocks retried from 4-22 to 0-7, but made 110-230 new starts and
+    # 15% fewer offers. InnoDB finds a deadlock at once and sqldelay retries it: in its own
+    # transactions, cheaper than avoiding it at that price.
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
@@ -438,16 +437,37 @@ class MySQLQueueDao(QueueDao):
         # is sent as the insert is (``_write_named``) where the driver takes it:
         # SQLAlchemy's expanding list of keys, made at every call, cost a third of the
         # read's client time.
+        ids = self._ids_of(conn, pkind, keys)
+        if not ids:
+            return []
+        rows = list(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": ids}))
+        if len(rows) == len(keys):
+            return rows
+        # While that read waited for the rows it locks, other producers may have inserted
+        # keys it had found absent. Inserting one of those fails, and InnoDB keeps the
+        # failed insert's shared lock on the key's index entry and the gap before it to the
+        # end of the transaction; the offer's next round then waited for rows held by an
+        # ack deleting that key or an offer inserting in that gap, each waiting for that
+        # lock: a deadlock. So the keys not found are read again once the rows found are
+        # held, and those now there are locked by id too (mostly newer, higher ids: the
+        # order acks lock in). The load test's producers passing ``connection=`` met 0 to 8
+        # deadlocks a driver in 10 s before, and 0 to 2 since (three MariaDB drivers,
+        # three runs before, four since), and made 13% more offers on average.
+        held = {row[0] for row in rows}
+        more = self._ids_of(conn, pkind, [k for k in keys if k not in held])
+        if more:
+            rows.extend(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": more}))
+        return rows
+
+    def _ids_of(self, conn: sa.Connection, pkind: str, keys: Sequence[str]) -> list[int]:
+        """The ids of the rows of ``keys``, read without locks, in order."""
         if conn.dialect.driver in _NAMED_DRIVERS:
             values = {"b_kind": pkind}
             values.update((f"keys_{i + 1}", k) for i, k in enumerate(keys))
             found = conn.exec_driver_sql(self.named_read(conn.dialect, len(keys)), values)
         else:
             found = conn.execute(self._existing_ids, {"b_kind": pkind, "keys": keys})
-        ids = sorted(found.scalars())
-        if not ids:
-            return []
-        return conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": ids})
+        return sorted(found.scalars())
 
     def named_read(self, dialect: sa.Dialect, n: int) -> str:
         """The SQL of ``existing_rows``'s read of the ids of ``n`` keys (parameters b_kind

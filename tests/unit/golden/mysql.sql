@@ -53,9 +53,12 @@ SELECT delayed_queue.id FROM delayed_queue FORCE INDEX (delayed_queue_kind_key_u
 SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.id IN (:ids_1, :ids_2) ORDER BY delayed_queue.id FOR UPDATE;
 
 -- offer 2
-INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0);
+SELECT delayed_queue.id FROM delayed_queue FORCE INDEX (delayed_queue_kind_key_uq) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1);
 
 -- offer 3
+INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0);
+
+-- offer 4
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = NULL, created_at = VALUES(created_at), deliveries = 0, priority = VALUES(priority), group_key = VALUES(group_key);
 
 -- insert first 0
