@@ -432,8 +432,8 @@ class MySQLQueueDao(QueueDao):
         # locks rows in the order it reads them, at REPEATABLE READ every row it passes:
         # four producers of the same 200 keys, planned differently, had up to 19 of 80
         # offers fail with 1213 before the keys' read was held to one index). A row acked
-        # in between is gone from the second read: its key is
-        # offered as a new one, as a key absent at the first read is. The read of the keys
+        # in between is gone from the locking read: its key is offered as a new one, as a
+        # key absent at the first read is. The read of the keys
         # is sent as the insert is (``_write_named``) where the driver takes it:
         # SQLAlchemy's expanding list of keys, made at every call, cost a third of the
         # read's client time.
