@@ -27,6 +27,7 @@ from tenacity import RetryCallState, retry_if_exception, wait_random_exponential
 
 from .concurrency import Connection, Engine, Retrying, check_connection, run_op
 from .dialects import ErrorKind, QueueDao
+from .dialects.common import RETRIED
 from .errors import SchemaMissingError
 from .outages import current_patience
 from .outages import patience as patience  # its former home: ``from sqldelay.executor import``
@@ -112,13 +113,13 @@ class Executor:
             self.dao.begin_read_committed(conn)
         if write:
             self.dao.begin_write(conn)
-        result = op(conn)
+        result = _retried(op, conn)
         conn.commit()
         return result
 
     def _alone(self, op: Callable[[sa.Connection], T]) -> T:
         with self.engine.connect() as conn:
-            return run_op(conn, partial(self.dao.in_autocommit, op))
+            return run_op(conn, partial(self.dao.in_autocommit, partial(_retried, op)))
 
     def _is_transient(self, exc: BaseException) -> bool:
         return (isinstance(exc, sa.exc.DBAPIError)
@@ -147,3 +148,15 @@ class Executor:
         if self._is_outage(state.outcome.exception()):
             return state.seconds_since_start >= current_patience(self.patience)
         return state.attempt_number >= self.attempts - 1
+
+
+def _retried(op: Callable[[sa.Connection], T], conn: sa.Connection) -> T:
+    """Run ``op`` on ``conn`` in a transaction that this executor runs again on a transient
+    error, telling the dialect so (``RETRIED``): it may then fail a lock wait at once rather
+    than wait where the wait could close a circle with a caller's transaction."""
+    info = conn.info
+    info[RETRIED] = True
+    try:
+        return op(conn)
+    finally:
+        del info[RETRIED]

@@ -33,6 +33,10 @@ class ErrorKind(enum.Enum):
 # the key of a Connection's info that the engine layer sets while each statement on that
 # connection commits alone (the driver switched to autocommit, ``QueueDao.in_autocommit``)
 AUTOCOMMIT = "sqldelay.autocommit"
+# the key of a Connection's info that the engine layer sets while an operation runs in a
+# transaction of sqldelay's own, which it runs again after a deadlock or a lock wait timeout;
+# absent in a caller's transaction (``connection=``), where an error is the caller's to retry
+RETRIED = "sqldelay.retried"
 
 
 def chunked(items: Sequence[T], size: int) -> list[Sequence[T]]:
