@@ -296,7 +296,9 @@ def test_overlapping_batches_and_consumers_on_one_table_never_deadlock(engine, t
     # the README advises, or in sqldelay's, which would retry a deadlock and log it) while
     # two consumers claim and ack. No deadlock may reach a caller. It once failed twice in
     # full runs on MariaDB, when the offers' locking read walked whichever index the
-    # optimizer chose (a743197) and acks could scan the table (5085b53). On PostgreSQL
+    # optimizer chose (a743197) and acks could scan the table (5085b53), and in 2 runs of 40
+    # alone when an ack waited for a key that an offer's failed insert held (see
+    # test_an_ack_gives_way_to_an_offer_whose_insert_met_its_key). On PostgreSQL
     # nothing is retried either. On MariaDB sqldelay still retries some claims and acks
     # (0 to 3 a run here): a claim's SKIP LOCKED read of the claim index waits for a row's
     # primary-key record that an offer's locking read holds instead of skipping it (MariaDB
@@ -553,3 +555,100 @@ def test_a_key_inserted_while_an_offer_waited_for_its_rows_is_locked_not_met_by_
     assert first == [OfferOutcome.UPDATED, OfferOutcome.UPDATED]
     assert retries.deadlocks == 0
     assert one_queue.get("a").payload == 1 and one_queue.get("0").payload == 2
+
+
+def test_an_ack_gives_way_to_an_offer_whose_insert_met_its_key(one_queue, engine):
+    # A producer, in its caller's transaction, finds k absent and inserts it; another
+    # producer inserted k meanwhile, and a consumer claimed it. The failed insert keeps a
+    # shared lock on k's entry of the unique index to the end of the transaction (InnoDB),
+    # and the offer, going round again, locks k's row to compare it. An ack of k that took
+    # the row first waited for that entry to delete it: a deadlock, and InnoDB rolled back
+    # the offer, which had written nothing, where nothing could run it again. The ack, in a
+    # transaction of sqldelay's own, gives way instead of waiting for the entry (rolled
+    # back, run again after a backoff), and after the offer's commit the offer has replaced
+    # the message: the ack finds its lock void.
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        pytest.skip("InnoDB's locks: on PostgreSQL an offer of a key inserted meanwhile "
+                    "updates it in the same statement; SQLite has one writer at a time")
+    if not engine.dialect.is_mariadb:
+        pytest.skip("MySQL cannot set a statement's lock wait: its ack waits, as this test's "
+                    "deadlock needs (MariaDB only here)")
+    claimed: list = []
+    acked: list[bool | BaseException] = []
+
+    def ack() -> None:
+        try:
+            acked.append(one_queue.ack(claimed[0]))
+        except BaseException as exc:
+            acked.append(exc)
+
+    acking = threading.Thread(target=ack)
+
+    def lock_waits() -> int:
+        with engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT COUNT(*) FROM information_schema.INNODB_TRX "
+                                        "WHERE trx_state = 'LOCK WAIT'").scalar_one()
+
+    class Steered(_PauseAfterFirstStatement):
+        def _run(self, run, *args, **kwargs):
+            try:
+                result = run(*args, **kwargs)
+            except sa.exc.IntegrityError:  # k met: the ack comes now, before the offer's lock
+                acking.start()
+                wait_for(lambda: acked or retries.retries or lock_waits(), 30,
+                         "the ack to wait, fail or end")
+                raise
+            if not self._paused:  # k read absent: inserted and claimed meanwhile
+                self._paused = True
+                with engine.begin() as other:
+                    other.execute(sa.insert(one_queue.dao.table), one_queue.dao.row_params(
+                        one_queue.pkind, [OfferRow("k", b"1", 0, True)], 0))
+                claimed.append(one_queue.poll())
+            return result
+
+        def execute(self, statement, *args, **kwargs):
+            return self._run(self._conn.execute, statement, *args, **kwargs)
+
+        def exec_driver_sql(self, sql, *args, **kwargs):
+            return self._run(self._conn.exec_driver_sql, sql, *args, **kwargs)
+
+    with counting() as retries, engine.connect() as conn:
+        one_queue.dao.begin_read_committed(conn)  # the README's advice for MySQL
+        try:
+            outcomes = one_queue.dao.offer(Steered(conn, threading.Barrier(1)), one_queue.pkind,
+                                           [OfferRow("k", b"2", 0, True)], 0)
+            conn.commit()
+        finally:
+            if acking.is_alive():
+                acking.join(60)
+    assert claimed[0].key == "k"
+    assert outcomes == [OfferOutcome.UPDATED]
+    assert acked == [False]  # replaced under it: its lock void, nothing deleted
+    assert retries.deadlocks == 0
+    assert one_queue.get("k").payload == 2
+
+
+def test_an_ack_in_the_callers_transaction_waits_for_locks_as_ever(one_queue, engine):
+    # Only sqldelay's own transactions, which it runs again, give way; the caller's
+    # transaction, on a connection of the same pool just used by them, waits as before
+    if not (engine.dialect.name in ("mysql", "mariadb") and engine.dialect.is_mariadb):
+        pytest.skip("MariaDB's acks alone give way (SET STATEMENT)")
+    one_queue.offer_many([Message("a", 1), Message("b", 2)])
+    first, second = one_queue.poll(), one_queue.poll()
+    deletes: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        if "DELETE " in statement:
+            deletes.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert one_queue.ack(first)
+        with engine.connect() as conn:
+            assert one_queue.ack(second, connection=conn)
+            conn.commit()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
+    assert [s.startswith("SET STATEMENT innodb_lock_wait_timeout=0 FOR DELETE ")
+            for s in deletes] == [True, False]
+    assert one_queue.stats().due == 0

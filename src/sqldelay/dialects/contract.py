@@ -258,6 +258,12 @@ class Dialect(Protocol):
                      count: int | None = None) -> list[str]:
         """Delete the messages meeting ``where``; their keys."""
 
+    def ack(self, conn: sa.Connection, row_id: int, lock: str) -> bool:
+        """Delete message ``row_id`` if ``lock`` still holds it; whether it went."""
+
+    def ack_many(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
+        """Delete the messages ``ids`` that ``lock`` still holds; how many went."""
+
     def acks_of(self, count: int) -> sa.Delete:
         """The ack of ``count`` messages (parameters lock and ids): one DELETE."""
 

@@ -30,7 +30,7 @@ from .base import (
     repeat_values,
     row_name,
 )
-from .common import AnySelect, ById, chunked
+from .common import RETRIED, AnySelect, ById, chunked
 from .flow import walk_length
 
 if TYPE_CHECKING:
@@ -43,6 +43,8 @@ _PACKET_LIMITS: weakref.WeakKeyDictionary[sa.Pool, int] = weakref.WeakKeyDiction
 # the drivers whose cursors take a mapping for %(name)s placeholders, whatever paramstyle
 # SQLAlchemy declares for them
 _NAMED_DRIVERS = frozenset({"pymysql", "mysqldb", "asyncmy"})
+# the error of a lock wait that timed out, or that a statement was not to wait for at all
+_LOCK_WAIT_TIMEOUT = 1205
 
 
 def named_placeholders(dialect: sa.Dialect) -> sa.Dialect:
@@ -97,12 +99,26 @@ def _delete_by_primary(stmt: _DeleteByPrimary, compiler: SQLCompiler, **kw: Any)
     return f"{head}USING {table} FORCE INDEX (PRIMARY) {sql[len(head):]}"
 
 
+class _DeleteUnwaiting(_DeleteByPrimary):
+    """``_DeleteByPrimary`` that fails at once (1205, the statement undone) where it would
+    wait for a lock: MariaDB's SET STATEMENT, which MySQL lacks (``MySQLQueueDao.ack``)."""
+
+    inherit_cache = True
+
+
+@compiles(_DeleteUnwaiting, "mysql")
+@compiles(_DeleteUnwaiting, "mariadb")
+def _delete_unwaiting(stmt: _DeleteUnwaiting, compiler: SQLCompiler, **kw: Any) -> str:
+    return ("SET STATEMENT innodb_lock_wait_timeout=0 FOR "
+            + _delete_by_primary(stmt, compiler, **kw))
+
+
 class MySQLQueueDao(QueueDao):
     name = "mysql"
     offer_chunk = 1000
     precompiled_insert = True
     duplicate_key_codes = frozenset({1062})
-    transient_codes = frozenset({1213, 1205})  # deadlock, lock wait timeout
+    transient_codes = frozenset({1213, _LOCK_WAIT_TIMEOUT})  # deadlock, lock wait timeout
     deadlock_codes = frozenset({1213})
     # can't connect (socket, TCP), server gone away, lost connection, shutdown in progress,
     # connection killed (MariaDB), disconnected by the server (MySQL 8)
@@ -115,17 +131,17 @@ class MySQLQueueDao(QueueDao):
     # alternating rounds (MariaDB 10.11): 59,000 messages/s the usual way, 67,000 inserting
     # alone (medians).
     inserts_first = True
-    # An insert that fails on a key inserted since the offer's read keeps a shared lock on
-    # that key's index entry and the gap before it to the end of the transaction, and the
-    # round after it can deadlock on it (``existing_rows`` reads the keys not found again
-    # to make that rare). Two other ways out were measured in the offer and ack load test
-    # (tests/conformance) with four producers in sqldelay's own transactions (MariaDB
-    # 10.11, 10 s a driver, three drivers) and left out: starting the transaction again at
-    # every such duplicate lost the race to the other producers, up to 70 times in a row,
-    # and two offers gave up; starting it again only where that round's read would wait
-    # (NOWAIT) took the deadlocks retried from 4-22 to 0-7, but made 110-230 new starts and
-    # 15% fewer offers. InnoDB finds a deadlock at once and sqldelay retries it: in its own
-    # transactions, cheaper than avoiding it at that price.
+    # An insert that fails on a key inserted since the offer's read keeps a shared lock on that
+    # key's index entry and the gap before it to the end of the transaction, and the round after
+    # it can deadlock on it (``existing_rows`` reads the keys not found again to make that rare,
+    # and on MariaDB acks give way: ``ack``). Two other ways out were measured in the offer and
+    # ack load test (tests/conformance) with four producers in sqldelay's own transactions
+    # (MariaDB 10.11, 10 s a driver, three drivers) and left out: starting the transaction again
+    # at every such duplicate lost the race to the other producers, up to 70 times in a row, and
+    # two offers gave up; starting it again only where that round's read would wait (NOWAIT) took
+    # the deadlocks retried from 4-22 to 0-7, but made 110-230 new starts and 15% fewer offers.
+    # InnoDB finds a deadlock at once and sqldelay retries it: in its own transactions, cheaper
+    # than avoiding it at that price.
 
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
@@ -138,8 +154,9 @@ class MySQLQueueDao(QueueDao):
         # attempts. The multi-table form takes the hint (MariaDB 10.11: type range on
         # PRIMARY, 4 ids of a 4-row table, 39 of 40).
         t = self.table
-        self._ack_many = _DeleteByPrimary(t).where(self.held_by(sa.bindparam("lock")),
-                                                   self.ids_listed())
+        held, listed = self.held_by(sa.bindparam("lock")), self.ids_listed()
+        self._ack_many = _DeleteByPrimary(t).where(held, listed)
+        self._ack_unwaiting = _DeleteUnwaiting(t).where(held, listed)
         # by dialect, row count, … (``named_write``)
         self._named_sql: dict[tuple[object, ...], str] = {}
         # by dialect, key count (``named_read``)
@@ -165,6 +182,50 @@ class MySQLQueueDao(QueueDao):
         # the option by each dialect name: a MariaDB server behind a mysql:// URL too
         return sa.delete(table).where(*where).with_dialect_options(mysql_limit=count,
                                                                    mariadb_limit=count)
+
+    # An ack in a transaction of sqldelay's own deletes without waiting for a lock (on MariaDB,
+    # whatever the URL's dialect name; MySQL has no setting of InnoDB's wait for one statement,
+    # and waits), and where it would have waited for a key's index entry the engine layer runs it
+    # again after a backoff. An offer whose insert met a key that another producer had just
+    # inserted keeps a shared lock on the key's entry of the unique index to the end of its
+    # transaction, then locks the rows of its keys; an ack of that key's message, holding the row,
+    # waited for the entry to delete it: a deadlock, and InnoDB rolled back the offer, which had
+    # written least, in the caller's transaction where nothing could run it again (two producers
+    # of the same new keys in opposite orders and two consumers, MariaDB 10.11: 2 runs of 40
+    # failed; 0 of 80 since). Only the ack can give way: the offer cannot release that lock, and
+    # in a caller's transaction cannot start again. An ack that never waits for an index entry is
+    # in no circle of waits; in the caller's transaction it waits, as before.
+
+    @staticmethod
+    def _unwaiting(conn: sa.Connection) -> bool:
+        """Whether the acks on ``conn`` fail at once rather than wait for a lock."""
+        return bool(conn.info.get(RETRIED)) and getattr(conn.dialect, "is_mariadb", False)
+
+    def ack(self, conn: sa.Connection, row_id: int, lock: str) -> bool:
+        if not self._unwaiting(conn):
+            return super().ack(conn, row_id, lock)
+        return self._ack_unwaiting_of(conn, lock, [row_id]) > 0
+
+    def ack_many(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
+        if not self._unwaiting(conn):
+            return super().ack_many(conn, lock, ids)
+        return sum(self._ack_unwaiting_of(conn, lock, chunk)
+                   for chunk in chunked(ids, self.in_list_max))
+
+    def _ack_unwaiting_of(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
+        """The ack of ``ids`` (at most ``in_list_max``) that does not wait for a lock; where
+        it would have, their rows locked first, waiting, in id order (as offers lock them:
+        ``lock_acked``), then deleted without waiting again. Failing at once on the rows
+        too, acks met the rows that producers of the same keys held for a moment: 47 to 210
+        run again in 10 s of the offer and ack load test (tests/conformance), 0 to 3 so."""
+        values = {"lock": lock, "ids": ids}
+        try:
+            return int(conn.execute(self._ack_unwaiting, values).rowcount)
+        except sa.exc.OperationalError as exc:
+            if self.error_code(exc) != _LOCK_WAIT_TIMEOUT:
+                raise
+        self.lock_acked(conn, ids)
+        return int(conn.execute(self._ack_unwaiting, values).rowcount)
 
     def lock_acked(self, conn: sa.Connection, ids: Sequence[int]) -> None:
         # A worker acks what its handlers finished together, often of two or more claims:
@@ -207,7 +268,8 @@ class MySQLQueueDao(QueueDao):
         rows = conn.execute(sa.select(t.c.id, t.c.pkey).where(*where)
                             .with_hint(t, "FORCE INDEX (PRIMARY)").with_for_update()).all()
         if rows:
-            conn.execute(_DeleteByPrimary(t).where(*where))
+            delete = _DeleteUnwaiting if self._unwaiting(conn) else _DeleteByPrimary
+            conn.execute(delete(t).where(*where))
         return [r.pkey for r in rows]
 
     @functools.cached_property

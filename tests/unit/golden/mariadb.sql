@@ -94,6 +94,12 @@ DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uu
 -- ack_many 0
 DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
+-- ack retried 0
+SET STATEMENT innodb_lock_wait_timeout=0 FOR DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1);
+
+-- ack_many retried 0
+SET STATEMENT innodb_lock_wait_timeout=0 FOR DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
+
 -- lock_acked 0
 SELECT delayed_queue.id FROM delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.id IN (:ids_1, :ids_2) ORDER BY delayed_queue.id FOR UPDATE;
 

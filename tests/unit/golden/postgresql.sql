@@ -88,6 +88,12 @@ DELETE FROM delayed_queue WHERE delayed_queue.id = :id::BIGINT AND delayed_queue
 -- ack_many 0
 WITH taken AS MATERIALIZED (SELECT delayed_queue.id AS id FROM delayed_queue WHERE delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock::VARCHAR AND delayed_queue.id = ANY (CAST(:ids::VARCHAR AS BIGINT[])) ORDER BY delayed_queue.pkey COLLATE "C" FOR UPDATE) DELETE FROM delayed_queue USING taken WHERE delayed_queue.id = taken.id;
 
+-- ack retried 0
+DELETE FROM delayed_queue WHERE delayed_queue.id = :id::BIGINT AND delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock::VARCHAR;
+
+-- ack_many retried 0
+WITH taken AS MATERIALIZED (SELECT delayed_queue.id AS id FROM delayed_queue WHERE delayed_queue.lock_uuid IS NOT DISTINCT FROM :lock::VARCHAR AND delayed_queue.id = ANY (CAST(:ids::VARCHAR AS BIGINT[])) ORDER BY delayed_queue.pkey COLLATE "C" FOR UPDATE) DELETE FROM delayed_queue USING taken WHERE delayed_queue.id = taken.id;
+
 -- lock_acked 0
 SELECT delayed_queue.id FROM delayed_queue WHERE delayed_queue.id = ANY (CAST(:ids::VARCHAR AS BIGINT[])) ORDER BY delayed_queue.pkey COLLATE "C" FOR UPDATE;
 

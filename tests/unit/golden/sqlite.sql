@@ -88,6 +88,12 @@ DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uu
 -- ack_many 0
 DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
+-- ack retried 0
+DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uuid = :lock;
+
+-- ack_many retried 0
+DELETE FROM delayed_queue WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
+
 -- trace context 0
 UPDATE delayed_queue SET trace_context=:trace_context WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:pkey_1_1, :pkey_1_2);
 
