@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sqldelay import DelayedQueue
+from sqldelay import DelayedQueue, OfferOutcome
 from tools import servers
 
 from ..conftest import IN_CI
@@ -33,14 +33,19 @@ class Records:
     # key -> [(when the handler began, who handled it)], in order
     handled: dict[str, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
     acked: dict[str, float] = field(default_factory=dict)  # key -> when its ack returned
+    # key -> (when its offer call began, the outcome it returned), where the producer kept it
+    outcomes: dict[str, tuple[float, OfferOutcome]] = field(default_factory=dict)
 
-    def offer_returned(self, keys, started: float, node: object = None) -> None:
+    def offer_returned(self, keys, started: float, node: object = None,
+                       outcomes: list[OfferOutcome] | None = None) -> None:
         now = time.monotonic()
         with self.lock:
-            for key in keys:
+            for n, key in enumerate(keys):
                 self.offered[key] = now
                 if node is not None:
                     self.committed_on[key] = node
+                if outcomes is not None:
+                    self.outcomes[key] = (started, outcomes[n])
             self.offer_seconds.append(now - started)
 
     def offer_failed(self, producer: str, error: BaseException, started: float) -> None:
@@ -70,6 +75,16 @@ class Records:
         with self.lock:
             return {key: runs for key, runs in self.handled.items()
                     if key in self.acked and any(t > self.acked[key] for t, _ in runs)}
+
+    def created_again_across(self, moment: float) -> set[str]:
+        """Keys handled again after an ack of theirs returned because their producer's offer,
+        under way across ``moment`` (a failover), was sent again after its first attempt had
+        committed unseen: the message was handled and acked in between, and the offer, which
+        returned after that ack, created it anew (``CREATED``)."""
+        with self.lock:
+            return {key for key, (started, outcome) in self.outcomes.items()
+                    if outcome is OfferOutcome.CREATED and started < moment < self.offered[key]
+                    and key in self.acked and self.acked[key] < self.offered[key]}
 
     def handled_twice(self) -> dict[str, list[tuple[float, str]]]:
         with self.lock:

@@ -75,23 +75,22 @@ class Producers:
                 return
             started = time.monotonic()
             try:
-                keys, node = body(self.queues[n % 2], f"{name}-{n}")
+                keys, node, *outcomes = body(self.queues[n % 2], f"{name}-{n}")
             except sa.exc.DBAPIError as exc:
                 self.records.offer_failed(name, exc, started)
             else:
-                self.records.offer_returned(keys, started, node)
+                self.records.offer_returned(keys, started, node, *outcomes)
 
     def _offer(self) -> None:
         def body(q, key):
-            q.offer(f"{q.name}:{key}", key)
-            return [f"{q.name}:{key}"], None
+            outcome = q.offer(f"{q.name}:{key}", key)
+            return [f"{q.name}:{key}"], None, [outcome]
         self._paced("offer", body)
 
     def _offer_many(self) -> None:
         def body(q, key):
             keys = [f"{q.name}:{key}.{i}" for i in range(5)]
-            q.offer_many([Message(k, k) for k in keys])
-            return keys, None
+            return keys, None, q.offer_many([Message(k, k) for k in keys])
         self._paced("offer_many", body)
 
     def _offer_in_transaction(self) -> None:
@@ -305,7 +304,9 @@ class Failover:
                 f"{self.firsts['AsyncWorker'] - killed_at:.2f}s); {len(records.offered)}"
                 f" offers returned, {sum(map(len, records.offer_errors.values()))} raised "
                 f"{dict((k, len(v)) for k, v in records.offer_errors.items())}; handled twice "
-                f"(ack lost in the failover): {len(records.handled_twice())}; wake-up median "
+                f"(ack lost in the failover): {len(records.handled_twice())}, of which "
+                f"created again by an offer sent again: "
+                f"{len(records.created_again_across(killed_at))}; wake-up median "
                 f"before {_seconds(self.before)} after {_seconds(self.after)}; slowest call "
                 f"{max(records.offer_seconds):.2f}s")
 
@@ -316,7 +317,12 @@ def test_a_failover_loses_no_acknowledged_offer_or_ack(cluster, failure, capsys)
     with capsys.disabled():
         print(run.report())
     assert not run.records.lost()
-    assert not run.records.acked_then_redelivered()
+    # an offer whose commit the failover hid is sent again; if its message was handled and
+    # acked meanwhile, that creates it again (docs/high-availability.md): nothing else may
+    # come back after its ack
+    created_again = run.records.created_again_across(run.killed_at)
+    assert {key: runs for key, runs in run.records.acked_then_redelivered().items()
+            if key not in created_again} == {}
 
 
 STALL = 64 * 1024  # bytes of WAL the standby lacks at the kill: far below Patroni's 1 MB
@@ -339,7 +345,9 @@ def test_asynchronous_replication_loses_only_what_the_standby_had_not_received(a
     run = Failover(async_cluster, "kill", _drained, stall=STALL)
     records, killed_at = run.records, run.killed_at
     lost = {key: records.offered[key] for key in records.lost()}
-    redelivered = {key: records.acked[key] for key in records.acked_then_redelivered()}
+    created_again = records.created_again_across(killed_at)  # as in the test above
+    redelivered = {key: records.acked[key] for key in records.acked_then_redelivered()
+                   if key not in created_again}
     safe = run.wal.last_before(run.switchpoint)  # what returned before this was received
     with capsys.disabled():
         print(f"{run.report()}; asynchronous replication, the standby "
