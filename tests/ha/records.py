@@ -76,15 +76,24 @@ class Records:
             return {key: runs for key, runs in self.handled.items()
                     if key in self.acked and any(t > self.acked[key] for t, _ in runs)}
 
-    def created_again_across(self, moment: float) -> set[str]:
+    def created_again_during(self, start: float, end: float) -> set[str]:
         """Keys handled again after an ack of theirs returned because their producer's offer,
-        under way across ``moment`` (a failover), was sent again after its first attempt had
-        committed unseen: the message was handled and acked in between, and the offer, which
-        returned after that ack, created it anew (``CREATED``)."""
+        under way during a failover (it began before ``end`` and returned after ``start``),
+        was sent again after its first attempt had committed unseen: the message was handled
+        and acked in between, and the offer, which returned after that ack, created it anew
+        (``CREATED``)."""
         with self.lock:
             return {key for key, (started, outcome) in self.outcomes.items()
-                    if outcome is OfferOutcome.CREATED and started < moment < self.offered[key]
+                    if outcome is OfferOutcome.CREATED
+                    and started < end and self.offered[key] > start
                     and key in self.acked and self.acked[key] < self.offered[key]}
+
+    def story(self, key: str) -> dict[str, object]:
+        """What the records say of ``key``, for a failure's message."""
+        with self.lock:
+            return {"offer began, outcome": self.outcomes.get(key),
+                    "offer returned": self.offered.get(key), "ack returned": self.acked.get(key),
+                    "handled": self.handled.get(key)}
 
     def handled_twice(self) -> dict[str, list[tuple[float, str]]]:
         with self.lock:
