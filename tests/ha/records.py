@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sqldelay import DelayedQueue, OfferOutcome
+from sqldelay import DelayedQueue
 from tools import servers
 
 from ..conftest import IN_CI
@@ -33,19 +33,16 @@ class Records:
     # key -> [(when the handler began, who handled it)], in order
     handled: dict[str, list[tuple[float, str]]] = field(default_factory=lambda: defaultdict(list))
     acked: dict[str, float] = field(default_factory=dict)  # key -> when its ack returned
-    # key -> (when its offer call began, the outcome it returned), where the producer kept it
-    outcomes: dict[str, tuple[float, OfferOutcome]] = field(default_factory=dict)
+    # key -> the row id of each handling, where the handler gave it (``handled``'s order)
+    rows: dict[str, list[int | None]] = field(default_factory=lambda: defaultdict(list))
 
-    def offer_returned(self, keys, started: float, node: object = None,
-                       outcomes: list[OfferOutcome] | None = None) -> None:
+    def offer_returned(self, keys, started: float, node: object = None) -> None:
         now = time.monotonic()
         with self.lock:
-            for n, key in enumerate(keys):
+            for key in keys:
                 self.offered[key] = now
                 if node is not None:
                     self.committed_on[key] = node
-                if outcomes is not None:
-                    self.outcomes[key] = (started, outcomes[n])
             self.offer_seconds.append(now - started)
 
     def offer_failed(self, producer: str, error: BaseException, started: float) -> None:
@@ -53,9 +50,10 @@ class Records:
             self.offer_errors[producer].append(error)
             self.offer_seconds.append(time.monotonic() - started)
 
-    def handle(self, key: str, who: str) -> None:
+    def handle(self, key: str, who: str, row: int | None = None) -> None:
         with self.lock:
             self.handled[key].append((time.monotonic(), who))
+            self.rows[key].append(row)
 
     def ack_returned(self, keys) -> None:
         now = time.monotonic()
@@ -76,24 +74,26 @@ class Records:
             return {key: runs for key, runs in self.handled.items()
                     if key in self.acked and any(t > self.acked[key] for t, _ in runs)}
 
-    def created_again_during(self, start: float, end: float) -> set[str]:
-        """Keys handled again after an ack of theirs returned because their producer's offer,
-        under way during a failover (it began before ``end`` and returned after ``start``),
-        was sent again after its first attempt had committed unseen: the message was handled
-        and acked in between, and the offer, which returned after that ack, created it anew
-        (``CREATED``)."""
+    def created_again(self) -> set[str]:
+        """Keys handled again after an ack of theirs returned only as other rows than those
+        handled before it: messages created anew, by an offer that was sent again after its
+        first attempt had committed unseen and been handled and acked meanwhile. An ack
+        undone would bring back the row it deleted."""
         with self.lock:
-            return {key for key, (started, outcome) in self.outcomes.items()
-                    if outcome is OfferOutcome.CREATED
-                    and started < end and self.offered[key] > start
-                    and key in self.acked and self.acked[key] < self.offered[key]}
+            again = set()
+            for key, acked in self.acked.items():
+                runs = list(zip(self.handled.get(key, []), self.rows.get(key, []), strict=True))
+                before = {row for (t, _), row in runs if t <= acked}
+                after = [row for (t, _), row in runs if t > acked]
+                if after and all(row is not None and row not in before for row in after):
+                    again.add(key)
+            return again
 
     def story(self, key: str) -> dict[str, object]:
         """What the records say of ``key``, for a failure's message."""
         with self.lock:
-            return {"offer began, outcome": self.outcomes.get(key),
-                    "offer returned": self.offered.get(key), "ack returned": self.acked.get(key),
-                    "handled": self.handled.get(key)}
+            return {"offer returned": self.offered.get(key), "ack returned": self.acked.get(key),
+                    "handled": self.handled.get(key), "rows": self.rows.get(key)}
 
     def handled_twice(self) -> dict[str, list[tuple[float, str]]]:
         with self.lock:
