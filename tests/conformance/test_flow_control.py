@@ -213,6 +213,21 @@ def test_an_ungrouped_message_behind_a_long_group_is_claimed_beside_its_head(mak
     assert [e.key for e in queue.poll_many(10)] == ["a000", "late"]
 
 
+def test_an_ungrouped_message_whose_holder_vanished_comes_back_from_behind_a_long_group(
+        make_queue, clock):
+    # as above, with both claimed and never acked: once their locks expire they are due
+    # behind the whole group, further than the walk reads. PostgreSQL's claim learns that
+    # the queue has an ungrouped message to take from the expired locks too: its group index
+    # holds only the ungrouped messages waiting, not the claimed ones
+    queue = make_queue(acquire_timeout=30 * S)
+    now = clock.now()
+    queue.offer_many([Message(f"a{i:03}", i, now - 200 * S + i * S, group="a")
+                      for i in range(150)] + [Message("late", 0, now)])
+    assert [e.key for e in queue.poll_many(10)] == ["a000", "late"]
+    clock.advance(31 * S)
+    assert [(e.key, e.attempt) for e in queue.poll_many(10)] == [("a000", 2), ("late", 2)]
+
+
 @pytest.mark.parametrize("busy_read", [None, 3], ids=["busy groups read", "three read"])
 @pytest.mark.parametrize("limit", [2, 10])
 def test_a_claim_finds_free_groups_behind_more_busy_groups_than_it_walks(

@@ -325,6 +325,55 @@ def test_an_upgrade_from_the_0009_schema_indexes_the_dead_letters_by_key_and_kee
         drop_schema(engine, table_name=name)
 
 
+def test_an_upgrade_from_the_0010_schema_keeps_groups_and_the_ungrouped_messages_in_flight(
+        backend_url, engine):
+    """0011 leaves the claimed ungrouped messages out of the group index where partial
+    indexes are kept (PostgreSQL): messages written under 0010, grouped and not, waiting and
+    claimed, are claimed after the upgrade as before, an ungrouped one whose holder vanished
+    among them; a downgrade brings the whole index back."""
+    name = unique_name("sqdx")
+    alembic(backend_url, name, "upgrade", "0010")
+    try:
+        kind, now = "orders|json", 1_000_000
+        with engine.begin() as conn:
+            for key, at, lock, group in (("x0", now + 30_000, "L-1", "x"),  # x in flight
+                                         ("x1", now - 10, None, "x"),
+                                         ("y0", now - 8, None, "y"),
+                                         ("gone", now - 6, "L-2", None),  # lock expired
+                                         ("held", now + 30_000, "L-3", None),
+                                         ("loose", now - 4, None, None)):
+                conn.execute(sa.text(
+                    f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, "
+                    "scheduled_at_initially, lock_uuid, created_at, deliveries, priority, "
+                    "group_key) VALUES (:k, :key, :p, :at, :at, :lock, :c, :d, 0, :g)"),
+                    {"k": kind, "key": key, "p": b'{"v":1}', "at": at, "lock": lock,
+                     "c": now - 100, "d": 1 if lock else 0, "g": group})
+            conn.execute(sa.text(f"INSERT INTO {name}_groups (pkind, group_key, claimed_until, "
+                                 "lock_uuid) VALUES (:k, 'x', :until, 'L-1')"),
+                         {"k": kind, "until": now + 30_000})
+            conn.execute(sa.text(f"INSERT INTO {name}_settings (pkind, paused, has_groups) "
+                                 "VALUES (:k, 0, 1)"), {"k": kind})
+        create_schema(engine, table_name=name)
+        partial = engine.dialect.name == "postgresql"
+        indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
+        assert ({"_kind_grouped_ix"} if partial else {"_kind_group_ix"}) <= indexes
+        assert ("_kind_group_ix" in indexes) != partial
+        from sqldelay import FakeClock
+        from sqldelay.clock import from_ms
+
+        queue = DelayedQueue(engine, "orders", table_name=name, clock=FakeClock(from_ms(now)))
+        claimed = queue.poll_many(10)
+        assert [(e.key, e.attempt) for e in claimed] == [("y0", 1), ("gone", 2), ("loose", 1)]
+        assert queue.poll_many(10) == []  # x held by x0, "held" keeps its lock
+        assert queue.ack_many(claimed) == 3
+        alembic(backend_url, name, "downgrade", "0010")
+        indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
+        assert "_kind_group_ix" in indexes and "_kind_grouped_ix" not in indexes
+        assert queue.stats().in_flight == 2  # x0 and "held", kept
+    finally:
+        drop_schema(engine, table_name=name)
+
+
 def _drop(engine, what: str, name: str) -> str:
     """Drop the queue table, the claims' index or the history table of queue table ``name``
     by hand, as an operator might; the name of what went."""

@@ -182,6 +182,7 @@ class PostgresQueueDao(QueueDao):
     def __init__(self, table: sa.Table) -> None:
         super().__init__(table)
         self.claim_index = f"{table.name}_kind_ready_ix"  # of unlocked messages: see schema
+        self.group_index = f"{table.name}_kind_grouped_ix"  # without claimed ungrouped ones
         self._offer_cache: dict[tuple[object, ...], _DriverSql] = {}
         self._unnest_inserts: dict[tuple[str, tuple[str, ...], bool], sa.Insert] = {}
         self._claims: dict[tuple[tuple[str, ...], bool, bool], sa.Update] = {}
@@ -867,12 +868,17 @@ class PostgresQueueDao(QueueDao):
                     .with_for_update().lateral("head"))
             heads = (sa.select(*head.c).select_from(n).join(head, sa.true())
                      .where(~self._busy(kind, n.c.k)).cte("heads"))
-            # read in claim order only where the queue has one (a probe of the group index,
-            # where ungrouped messages sit together): with sorts off the read walks the claim
-            # index, which in a queue of groups alone would pass every due message to find none
-            u = self.table.alias("u")
-            any_loose = sa.select(u.c.id).where(u.c.pkind == kind,
-                                                u.c.group_key.is_(None)).exists()
+            # read in claim order only where the queue has one: with sorts off the read walks
+            # the claim index, which in a queue of groups alone would pass every due message
+            # to find none. Two probes: the group index, where the ungrouped messages waiting
+            # sit together (it holds no claimed ones), and the flight index's expired locks
+            u, f = self.table.alias("u"), self.table.alias("f")
+            any_loose = sa.or_(
+                sa.select(u.c.id).where(u.c.pkind == kind, u.c.group_key.is_(None),
+                                        u.c.lock_uuid.is_(None)).exists(),
+                sa.select(f.c.id).where(f.c.pkind == kind, f.c.group_key.is_(None),
+                                        f.c.lock_uuid.is_not(None),
+                                        f.c.scheduled_at <= now).exists())
             loose = (self.due_in_claim_order(
                          sa.select(*columns).where(t.c.group_key.is_(None)),
                          sa.bindparam("loose", type_=sa.Integer), gate=[any_loose],
