@@ -95,7 +95,7 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
         # the handlers sat idle through the last claim, which came back full: the claims set
         # the pace, so the next claims are several at once (``_claim_next``)
         self._ahead = False
-        self._side_by_side = 1  # claims then made at once (``_reset``)
+        self._batches_at_once = 1  # batches then claimed at once (``_reset``)
         self._waited = False  # a batch of the current claim found every handler idle
         # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
         # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
@@ -189,7 +189,8 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
 
     def _reset(self, until_idle: bool = False) -> None:
         self._rotation = Rotation(list(self.queues), self.limits, self.batch_size)
-        self._side_by_side = self.claims_at_once(until_idle) if len(self.queues) == 1 else 1
+        self._batches_at_once = (self.batches_at_once(until_idle) if len(self.queues) == 1
+                                 else 1)
         self._stop.clear()
         self._abandon.clear()
         self._wake.clear()
@@ -321,27 +322,26 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
         and whether it took all it asked for; what was claimed is in the handlers' buffer.
 
         A worker of one queue that the handlers waited for at its last claim, which came back
-        full (``_ahead``), claims several batches at once (``claims_at_once``: up to four),
-        each on a connection of its own, where the database gains by it
-        (``claims_side_by_side``) and the queue has no cap in this worker: a claim's round
-        trip, not the handlers, then sets the pace, and claims side by side keep the database
-        busy where one waits on the other (benchmarks/METHOD.md, "Two claims at once"). The
-        handlers then have up to that many times ``batch_size`` messages claimed before they
-        start on them."""
+        full (``_ahead``), claims several batches at once (``batches_at_once``: up to four)
+        in two claims side by side, each on a connection of its own (``_claim_sizes``), where
+        the database gains by it (``claims_side_by_side``) and the queue has no cap in this
+        worker: a claim's round trip, not the handlers, then sets the pace, and claims side by
+        side keep the database busy where one waits on the other (benchmarks/METHOD.md, "Two
+        claims at once"). The handlers then have up to that many times ``batch_size``
+        messages claimed before they start on them."""
         async with self._lock:
             turns = self._rotation.turns(time.monotonic())
         for name, count in turns:
             queue = self.queues[name]
-            claim = partial(self._patiently_on, name, partial(self._claim_into_buffer, queue,
-                                                              count))
-            acks = await self._acks_along(queue)
-            first = partial(self._patiently_on, name, partial(self._claim_into_buffer, queue,
-                                                              count, acks))
-            at_once = (self._side_by_side if self._ahead and len(self.queues) == 1
+            at_once = (self._batches_at_once if self._ahead and len(self.queues) == 1
                        and name not in self.limits and queue.dao.claims_side_by_side else 1)
+            acks = await self._acks_along(queue)
+            first, *others = (
+                partial(self._patiently_on, name,
+                        partial(self._claim_into_buffer, queue, size, acks if i == 0 else None))
+                for i, size in enumerate(_claim_sizes(count, at_once)))
             try:
-                batch = await (_claimed_side_by_side(first, [claim] * (at_once - 1))
-                               if at_once > 1 else first())
+                batch = await (_claimed_side_by_side(first, others) if others else first())
             finally:
                 if acks:  # not sent: back to the ack loop
                     await self._acks_back(acks)
@@ -833,7 +833,18 @@ async def _at_once(fn: Call[T]) -> T:
         return await fn()
 
 
-async def _claimed_side_by_side(first: Call[_Claimed], others: list[Call[_Claimed]]
+def _claim_sizes(count: int, batches: int) -> list[int]:
+    """The claims that take ``batches`` batches of ``count`` at once: two where there are two
+    or more (one per connection), sharing them as evenly as they can. A claim's own work on
+    the server (its statement, its commit, its walk past the rows the claim beside it has
+    locked) costs more than its rows': four batches taken by two claims instead of four, the
+    drain of 10,000 no-op jobs went from 2.01-2.46 to 2.19-2.57 times pgqueuer's
+    (benchmarks/METHOD.md, "Two claims at once")."""
+    total, claims = count * batches, min(2, batches)
+    return [total // claims + (i < total % claims) for i in range(claims)]
+
+
+async def _claimed_side_by_side(first: Call[_Claimed], others: Sequence[Call[_Claimed]]
                                 ) -> _Claimed:
     """Claims side by side: their batches as one; None where none claimed because the worker
     stopped, _DOWN where all found the database down."""

@@ -64,7 +64,7 @@ _Q = TypeVar("_Q", bound="QueueBase")
 # (another worker's transaction holds it): a short nap, not a busy loop
 MIN_IDLE = 0.05
 MAX_BACKOFF = 5.0
-MAX_CLAIMS_AT_ONCE = 4  # see WorkerBase.claims_at_once
+MAX_BATCHES_AT_ONCE = 4  # see WorkerBase.batches_at_once
 
 
 class ProcessingMode(enum.Enum):
@@ -250,21 +250,21 @@ class WorkerBase(Generic[_Q]):
         """A lost or unreachable database (or a transient error): ride it out and retry."""
         return is_outage(exc, self.queues.values())
 
-    def claims_at_once(self, until_idle: bool) -> int:
-        """How many claims a worker of one queue makes at once where its handlers wait on the
-        claims (``_claim_next``): up to MAX_CLAIMS_AT_ONCE, as many as the engine's pool keeps
-        beside the worker's other connections (the ack loop, the heartbeat, a listener for
-        wake-ups), as a connection beyond the pool's size is opened and closed for each
-        claim; two at least. On a shared two-core machine, 10,000 no-op jobs drained by
-        concurrency=4: 4,773 jobs/s with two at once, 5,303 with three, 6,157 with four
-        (plain poll_many + ack_many threads 8,144); AsyncWorker 2,911 and 5,291."""
+    def batches_at_once(self, until_idle: bool) -> int:
+        """How many batches a worker of one queue claims at once where its handlers wait on
+        the claims (``_claim_next``), in two claims side by side: up to MAX_BATCHES_AT_ONCE,
+        as many as the engine's pool keeps connections beside the worker's others (the ack
+        loop, the heartbeat, a listener for wake-ups); two at least. On a shared two-core
+        machine, 10,000 no-op jobs drained by concurrency=4, then claimed a batch a claim:
+        4,773 jobs/s with two at once, 5,303 with three, 6,157 with four (plain poll_many +
+        ack_many threads 8,144); AsyncWorker 2,911 and 5,291."""
         (queue,) = self.queues.values()
         size = getattr(queue.engine.pool, "size", None)
         if not callable(size):
             return 2
         others = 1 + (self.heartbeat is not None) + (not until_idle and self.wake_ups)
         pooled: int = size()  # found by name: the pool classes that keep connections have it
-        return max(2, min(MAX_CLAIMS_AT_ONCE, pooled - others))
+        return max(2, min(MAX_BATCHES_AT_ONCE, pooled - others))
 
     def listening_groups(self) -> list[list[_Q]]:
         """The queues that can be woken, grouped by engine and table (one listener each)."""
