@@ -378,11 +378,10 @@ QUEUE = _TableSpec("", "0001", (
     _Index("_kind_group_ix", ("pkind", "group_key", "priority DESC", "scheduled_at_initially",
                               "id"), since="0004", replaced="0011"),
     # where partial indexes are kept, the one above without the claimed messages of no group:
-    # a claim of an ungrouped message then writes no entry here, where every later reader
-    # passed over it (a claim is an update of indexed columns, which adds the row to every
-    # index whose condition it meets: this one cost a plain drain a fifth of its server time).
-    # The ungrouped ones waiting stay, so that a grouped claim learns through it whether
-    # the queue has any
+    # a claim of an ungrouped message then adds no entry to it (a claim updates indexed
+    # columns, so the row goes into every index whose condition it meets: this one cost a
+    # plain drain a fifth of its server time). The ungrouped ones waiting stay, so that a
+    # grouped claim learns through it whether the queue has any
     _Index("_kind_grouped_ix", ("pkind", "group_key", "priority DESC",
                                 "scheduled_at_initially", "id"), since="0011",
            where="group_key IS NOT NULL OR lock_uuid IS NULL"),
