@@ -207,6 +207,32 @@ def test_create_schema_is_idempotent_and_records_the_version(engine):
     assert shape(str(engine.url.render_as_string(hide_password=False)), name) == {}
 
 
+def _write_messages(conn, name: str, now: int,
+                    rows: list[tuple[str, int, str | None, int, str | None, int | None]]
+                    ) -> None:
+    """Messages of queue "orders" written by hand, as an older schema version holds them:
+    each row is (key, due time or lock expiry, lock, priority, group, the due time first
+    asked for: None for the due time)."""
+    for key, at, lock, priority, group, initially in rows:
+        conn.execute(sa.text(
+            f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, scheduled_at_initially, "
+            "lock_uuid, created_at, deliveries, priority, group_key) "
+            "VALUES ('orders|json', :key, :p, :at, :first, :lock, :c, :d, :r, :g)"),
+            {"key": key, "p": b'{"v":1}', "at": at, "first": at if initially is None
+             else initially, "lock": lock, "c": now - 100, "d": 1 if lock else 0,
+             "r": priority, "g": group})
+
+
+def _hold_group_x(conn, name: str, now: int) -> None:
+    """Queue "orders" has groups, and its group "x" a row held by lock L-1 (the groups
+    table, which PostgreSQL no longer reads since 0008)."""
+    conn.execute(sa.text(f"INSERT INTO {name}_groups (pkind, group_key, claimed_until, "
+                         "lock_uuid) VALUES ('orders|json', 'x', :until, 'L-1')"),
+                 {"until": now + 30_000})
+    conn.execute(sa.text(f"INSERT INTO {name}_settings (pkind, paused, has_groups) "
+                         "VALUES ('orders|json', 0, 1)"))
+
+
 def test_an_upgrade_from_the_0006_schema_claims_in_order_through_the_new_indexes(backend_url,
                                                                                   engine):
     """0007 splits the claim index by lock where partial indexes are kept (PostgreSQL):
@@ -215,19 +241,13 @@ def test_an_upgrade_from_the_0006_schema_claims_in_order_through_the_new_indexes
     name = unique_name("sqdu")
     alembic(backend_url, name, "upgrade", "0006")
     try:
-        kind, now = "orders|json", 1_000_000
+        now = 1_000_000
         with engine.begin() as conn:
-            for key, at, lock, priority in (("low", now - 50, None, 1),
-                                            ("high", now - 5, None, 5),
-                                            ("expired", now - 10, "L-1", 3),
-                                            ("held", now + 30_000, "L-2", 9),
-                                            ("later", now + 60_000, None, 7)):
-                conn.execute(sa.text(
-                    f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, "
-                    "scheduled_at_initially, lock_uuid, created_at, deliveries, priority) "
-                    "VALUES (:k, :key, :p, :at, :at, :lock, :c, :d, :r)"),
-                    {"k": kind, "key": key, "p": b'{"v":1}', "at": at, "lock": lock,
-                     "c": now - 100, "d": 1 if lock else 0, "r": priority})
+            _write_messages(conn, name, now, [("low", now - 50, None, 1, None, None),
+                                              ("high", now - 5, None, 5, None, None),
+                                              ("expired", now - 10, "L-1", 3, None, None),
+                                              ("held", now + 30_000, "L-2", 9, None, None),
+                                              ("later", now + 60_000, None, 7, None, None)])
         create_schema(engine, table_name=name)
         indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
         split = {"_kind_ready_ix", "_kind_flight_ix"}
@@ -260,22 +280,12 @@ def test_an_upgrade_from_the_0007_schema_keeps_a_group_held_by_its_message_in_fl
     name = unique_name("sqdg")
     alembic(backend_url, name, "upgrade", "0007")
     try:
-        kind, now = "orders|json", 1_000_000
+        now = 1_000_000
         with engine.begin() as conn:
-            for key, at, initially, lock in (("x0", now + 30_000, now - 20, "L-1"),
-                                             ("x1", now - 10, now - 10, None),
-                                             ("y0", now - 5, now - 5, None)):
-                conn.execute(sa.text(
-                    f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, "
-                    "scheduled_at_initially, lock_uuid, created_at, deliveries, priority, "
-                    "group_key) VALUES (:k, :key, :p, :at, :first, :lock, :c, :d, 0, :g)"),
-                    {"k": kind, "key": key, "p": b'{"v":1}', "at": at, "first": initially,
-                     "lock": lock, "c": now - 100, "d": 1 if lock else 0, "g": key[0]})
-            conn.execute(sa.text(f"INSERT INTO {name}_groups (pkind, group_key, claimed_until, "
-                                 "lock_uuid) VALUES (:k, 'x', :until, 'L-1')"),
-                         {"k": kind, "until": now + 30_000})
-            conn.execute(sa.text(f"INSERT INTO {name}_settings (pkind, paused, has_groups) "
-                                 "VALUES (:k, 0, 1)"), {"k": kind})
+            _write_messages(conn, name, now, [("x0", now + 30_000, "L-1", 0, "x", now - 20),
+                                              ("x1", now - 10, None, 0, "x", None),
+                                              ("y0", now - 5, None, 0, "y", None)])
+            _hold_group_x(conn, name, now)
         create_schema(engine, table_name=name)
         indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
         assert ("_kind_group_flight_ix" in indexes) == (engine.dialect.name == "postgresql")
@@ -334,25 +344,15 @@ def test_an_upgrade_from_the_0010_schema_keeps_groups_and_the_ungrouped_messages
     name = unique_name("sqdx")
     alembic(backend_url, name, "upgrade", "0010")
     try:
-        kind, now = "orders|json", 1_000_000
+        now = 1_000_000
         with engine.begin() as conn:
-            for key, at, lock, group in (("x0", now + 30_000, "L-1", "x"),  # x in flight
-                                         ("x1", now - 10, None, "x"),
-                                         ("y0", now - 8, None, "y"),
-                                         ("gone", now - 6, "L-2", None),  # lock expired
-                                         ("held", now + 30_000, "L-3", None),
-                                         ("loose", now - 4, None, None)):
-                conn.execute(sa.text(
-                    f"INSERT INTO {name} (pkind, pkey, payload, scheduled_at, "
-                    "scheduled_at_initially, lock_uuid, created_at, deliveries, priority, "
-                    "group_key) VALUES (:k, :key, :p, :at, :at, :lock, :c, :d, 0, :g)"),
-                    {"k": kind, "key": key, "p": b'{"v":1}', "at": at, "lock": lock,
-                     "c": now - 100, "d": 1 if lock else 0, "g": group})
-            conn.execute(sa.text(f"INSERT INTO {name}_groups (pkind, group_key, claimed_until, "
-                                 "lock_uuid) VALUES (:k, 'x', :until, 'L-1')"),
-                         {"k": kind, "until": now + 30_000})
-            conn.execute(sa.text(f"INSERT INTO {name}_settings (pkind, paused, has_groups) "
-                                 "VALUES (:k, 0, 1)"), {"k": kind})
+            _write_messages(conn, name, now, [
+                ("x0", now + 30_000, "L-1", 0, "x", None),  # x in flight
+                ("x1", now - 10, None, 0, "x", None), ("y0", now - 8, None, 0, "y", None),
+                ("gone", now - 6, "L-2", 0, None, None),  # its lock expired
+                ("held", now + 30_000, "L-3", 0, None, None),
+                ("loose", now - 4, None, 0, None, None)])
+            _hold_group_x(conn, name, now)
         create_schema(engine, table_name=name)
         partial = engine.dialect.name == "postgresql"
         indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
