@@ -10,8 +10,8 @@ only when asked for).
 | ``handle <queue>`` (a worker's handler) | CONSUMER | ``process`` |
 | ``ack <queue>`` | CLIENT | ``settle`` |
 
-An ack sent in the next claim's statement (``poll_many(ack=...)``, a PostgreSQL worker's acks)
-is an ``ack`` span around that ``claim`` span: one round trip did both.
+An ack sent in the next claim's statement (``poll_many(ack=...)`` on PostgreSQL) is an ``ack``
+span around that ``claim`` span: one round trip did both.
 
 Each span has ``messaging.system`` = ``sqldelay``, ``messaging.destination.name`` = the queue,
 ``messaging.operation.name``, ``messaging.batch.message_count`` for batches and
