@@ -336,10 +336,10 @@ class Worker(WorkerBase[DelayedQueue]):
             queue = self.queues[name]
             at_once = (self._batches_at_once if self._ahead and len(self.queues) == 1
                        and name not in self.limits and queue.dao.claims_side_by_side else 1)
-            first, *others = (
-                partial(self._patiently_on, name, partial(self._claim_into_buffer, queue, size))
-                for size in _claim_sizes(count, at_once))
-            batch = (_claimed_side_by_side(first, others) if others else first())
+            claims = [partial(self._patiently_on, name,
+                              partial(self._claim_into_buffer, queue, size))
+                      for size in _claim_sizes(count, at_once)]
+            batch = (_claimed_side_by_side(claims) if len(claims) > 1 else claims[0]())
             if batch is None:
                 return None, False
             if batch is _DOWN:
@@ -819,11 +819,10 @@ def _claim_sizes(count: int, batches: int) -> list[int]:
     return [total // claims + (i < total % claims) for i in range(claims)]
 
 
-def _claimed_side_by_side(first: Call[_Claimed], others: Sequence[Call[_Claimed]]
-                          ) -> _Claimed:
+def _claimed_side_by_side(claims: Sequence[Call[_Claimed]]) -> _Claimed:
     """Claims side by side: their batches as one; None where none claimed because the worker
     stopped, _DOWN where all found the database down."""
-    outcomes = side_by_side([first, *others])
+    outcomes = side_by_side(claims)
     for outcome in outcomes:
         if isinstance(outcome, Exception):
             raise outcome
