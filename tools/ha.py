@@ -23,7 +23,7 @@ import urllib.request
 
 import sqlalchemy as sa
 
-from .servers import ServerMissing, free_port
+from .servers import ServerMissing, free_port, install_mariadb, mariadb_options, mariadb_programs
 
 
 def _wait(condition, timeout: float, what: str):
@@ -343,9 +343,7 @@ class GaleraCluster:
     PROVIDER = "/usr/lib/galera/libgalera_smm.so"
 
     def __init__(self, size: int = 3) -> None:
-        install, self.server = shutil.which("mariadb-install-db"), shutil.which("mariadbd")
-        if not install or not self.server:
-            raise ServerMissing("mariadb-install-db / mariadbd are not installed")
+        self.server = mariadb_programs()[1]
         if not os.path.exists(self.PROVIDER):
             raise ServerMissing(f"no Galera provider at {self.PROVIDER} (Debian package "
                                 "galera-4)")
@@ -353,13 +351,9 @@ class GaleraCluster:
         self.names = [f"g{i}" for i in range(size)]
         self.ports = {name: free_port() for name in self.names}
         self.gcomm = {name: free_port() for name in self.names}
-        self.user = ["--user=root"] if os.geteuid() == 0 else []
         self.procs: dict[str, subprocess.Popen] = {}
         try:
-            subprocess.run([install, "--no-defaults", f"--datadir={self.dir}/g0/data",
-                            *self.user, "--auth-root-authentication-method=normal",
-                            "--skip-test-db", "--skip-name-resolve"],
-                           check=True, capture_output=True)
+            install_mariadb(f"{self.dir}/{self.names[0]}")
             os.chmod(self.dir, 0o755)
             for name in self.names[1:]:
                 os.makedirs(f"{self.dir}/{name}/data")
@@ -403,7 +397,7 @@ class GaleraCluster:
         address = ",".join(f"127.0.0.1:{self.gcomm[n]}" for n in self.names)
         with open(f"{self.dir}/{name}.out", "wb") as out:
             self.procs[name] = subprocess.Popen(
-                [self.server, "--no-defaults", f"--datadir={self.dir}/{name}/data", *self.user,
+                [self.server, *mariadb_options(f"{self.dir}/{name}"),
                  f"--socket={self.dir}/{name}.sock", f"--port={self.ports[name]}",
                  "--bind-address=127.0.0.1", f"--pid-file={self.dir}/{name}.pid",
                  f"--log-error={self.dir}/{name}.log", "--skip-log-bin",

@@ -41,6 +41,14 @@ class ServerMissing(RuntimeError):
     """The server's programs are not installed on this machine."""
 
 
+def run_tool(command: list[str], **kwargs) -> None:
+    """Run a server's setup program; when it fails, the error carries what it printed."""
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
+                           f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
 class PrivatePostgres:
     """A PostgreSQL server of its own (initdb + pg_ctl, as the ``postgres`` OS user when run
     as root) in a temporary directory on a free port: for tests that stop it, and for
@@ -65,7 +73,7 @@ class PrivatePostgres:
         command = [f"{self.bin}/{tool}", *args]
         if self.as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
-        subprocess.run(command, check=True, capture_output=True)
+        run_tool(command)
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", f"{self.dir}/data", "-w", "-l", f"{self.dir}/log", "-o",
@@ -81,7 +89,6 @@ class PrivatePostgres:
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the server's processes have used so far: the postmaster
         and its children, from /proc (0.0 where /proc is missing)."""
@@ -91,6 +98,74 @@ class PrivatePostgres:
         except OSError:
             return 0.0
         return tree_cpu_seconds(root)
+
+
+def mariadb_options(home: str) -> list[str]:
+    """The options every mariadbd (and mariadb-install-db) on the data directory
+    ``home``/data takes. The temporary directory is the server's own, ``home``/tmp: a starting
+    mariadbd deletes every ``#sql*`` file in its tmpdir, so servers sharing /tmp (another
+    test's, the shared service) delete each other's temporary tables, and an installation
+    running beside a start fails with "Can't find file: '/tmp/#sql-temptable-…'"."""
+    os.makedirs(f"{home}/tmp", exist_ok=True)
+    return ["--no-defaults", f"--datadir={home}/data", f"--tmpdir={home}/tmp",
+            *(["--user=root"] if os.geteuid() == 0 else [])]
+
+
+def mariadb_programs() -> tuple[str, str]:
+    """The paths of mariadb-install-db and mariadbd."""
+    install, server = shutil.which("mariadb-install-db"), shutil.which("mariadbd")
+    if not install or not server:
+        raise ServerMissing("mariadb-install-db / mariadbd are not installed")
+    return install, server
+
+
+def install_mariadb(home: str) -> None:
+    """Make a MariaDB data directory in ``home``/data: root without a password, no test
+    database."""
+    run_tool([mariadb_programs()[0], *mariadb_options(home),
+              "--auth-root-authentication-method=normal", "--skip-test-db",
+              "--skip-name-resolve"])
+
+
+class PrivateMariaDB:
+    """A MariaDB server of its own (mariadb-install-db + mariadbd) in a temporary directory
+    on a free port, with the database ``test``: for tests that stop it."""
+
+    def __init__(self) -> None:
+        self.server = mariadb_programs()[1]
+        self.dir = tempfile.mkdtemp(prefix="sqldelay-maria-")
+        self.port = free_port()
+        self.url = f"mariadb+pymysql://root@127.0.0.1:{self.port}/test"
+        self.proc: subprocess.Popen | None = None
+        try:
+            install_mariadb(self.dir)
+            self.start()
+            with sa.create_engine(self.url.replace("/test", "/"),
+                                  poolclass=sa.pool.NullPool).connect() as conn:
+                conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
+        except BaseException:
+            self.destroy()
+            raise
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.server, *mariadb_options(self.dir), f"--socket={self.dir}/sock",
+             f"--port={self.port}", "--bind-address=127.0.0.1", f"--pid-file={self.dir}/pid",
+             f"--log-error={self.dir}/log", "--skip-log-bin", "--innodb-buffer-pool-size=32M"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_connectable(self.url.replace("/test", "/"))
+
+    def stop(self) -> None:
+        self.proc.terminate()  # a clean shutdown, as a service manager would do it
+        self.proc.wait(60)
+
+    def destroy(self) -> None:
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(60)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def process_cpu(pid: int) -> tuple[int, float] | None:

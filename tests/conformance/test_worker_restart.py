@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
-import shutil
-import subprocess
+import pathlib
 import tempfile
 import threading
 import time
@@ -22,7 +21,6 @@ import sqlalchemy as sa
 
 from sqldelay import Message, WorkerListener, create_schema
 from tools import servers
-from tools.servers import free_port, wait_connectable
 
 from ..conftest import DATABASES, FRONTS, Target
 from ..fronts import AsyncFront, Front
@@ -44,45 +42,12 @@ class PrivatePostgres(servers.PrivatePostgres):
             _missing(str(exc))
 
 
-class PrivateMariaDB:
+class PrivateMariaDB(servers.PrivateMariaDB):
     def __init__(self) -> None:
-        install, server = shutil.which("mariadb-install-db"), shutil.which("mariadbd")
-        if not install or not server:
-            _missing("mariadb-install-db / mariadbd are not installed")
-        self.server = server
-        self.dir = tempfile.mkdtemp(prefix="sqldelay-maria-")
-        self.port = free_port()
-        self.url = f"mariadb+pymysql://root@127.0.0.1:{self.port}/test"
-        self.user = ["--user=root"] if os.geteuid() == 0 else []
-        subprocess.run([install, "--no-defaults", f"--datadir={self.dir}/data", *self.user,
-                        "--auth-root-authentication-method=normal", "--skip-test-db",
-                        "--skip-name-resolve"], check=True, capture_output=True)
-        self.proc: subprocess.Popen | None = None
-        self.start()
-        with sa.create_engine(self.url.replace("/test", "/"), poolclass=sa.pool.NullPool) \
-                .connect() as conn:
-            conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.server, "--no-defaults", f"--datadir={self.dir}/data", *self.user,
-             f"--socket={self.dir}/sock", f"--port={self.port}", "--bind-address=127.0.0.1",
-             f"--pid-file={self.dir}/pid", f"--log-error={self.dir}/log", "--skip-log-bin",
-             "--innodb-buffer-pool-size=32M", "--skip-grant-tables=0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_connectable(self.url.replace("/test", "/"))
-
-    def stop(self) -> None:
-        self.proc.terminate()  # a clean shutdown, as a service manager would do it
-        self.proc.wait(60)
-
-    def destroy(self) -> None:
         try:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(60)
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            super().__init__()
+        except servers.ServerMissing as exc:
+            _missing(str(exc))
 
 
 class OutageSeen(WorkerListener):
@@ -169,3 +134,22 @@ def test_a_database_restart_during_a_run_loses_nothing(server_class, driver):
         front.close()
         engine.dispose()
         server.destroy()
+
+
+@pytest.mark.skipif(not _selected("mariadb", None), reason="MariaDB is not selected")
+def test_a_private_mariadb_leaves_other_servers_temporary_tables_alone():
+    # A starting mariadbd deletes the #sql* files in its tmpdir. The private servers run
+    # beside the shared one and beside each other (an installation fails when another
+    # server's start deletes its temporary table), so each keeps a tmpdir of its own.
+    fd, other = tempfile.mkstemp(prefix="#sql-another-server-", suffix=".MAI")
+    os.close(fd)
+    try:
+        server = PrivateMariaDB()
+        try:
+            server.stop()
+            server.start()
+            assert os.path.exists(other)
+        finally:
+            server.destroy()
+    finally:
+        pathlib.Path(other).unlink(missing_ok=True)
