@@ -124,7 +124,8 @@ def explain(engine, stmt, values: dict, table: sa.Table,
                 rf"(?:SEARCH|SCAN) {name}\b(?!_) USING (?:COVERING )?INDEX (\S+)", text))
             return Plan(text, indexes, bool(re.search(rf"^SCAN {name}$", text, re.M)),
                         indexes if "TEMP B-TREE FOR ORDER BY" in text else frozenset())
-        result = conn.exec_driver_sql("EXPLAIN " + sql, params)
+        # the table (MySQL 9's default is a tree of text)
+        result = conn.exec_driver_sql("EXPLAIN FORMAT=TRADITIONAL " + sql, params)
         rows = [dict(zip(result.keys(), r, strict=True)) for r in result]
         mine = [r for r in rows if re.fullmatch(rf"{name}(_\d+)?", r.get("table") or "")]
         indexes = frozenset(r["key"] for r in mine if r.get("key"))

@@ -101,7 +101,7 @@ DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uu
 DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- lock_acked 0
-SELECT delayed_queue.id FROM delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.id IN (:ids_1, :ids_2) ORDER BY delayed_queue.id FOR UPDATE;
+SELECT delayed_queue.id, delayed_queue.lock_uuid FROM delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.id IN (:ids_1, :ids_2) ORDER BY delayed_queue.id FOR UPDATE;
 
 -- trace context 0
 UPDATE delayed_queue SET trace_context=:trace_context WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey IN (:pkey_1_1, :pkey_1_2);
