@@ -23,7 +23,14 @@ import urllib.request
 
 import sqlalchemy as sa
 
-from .servers import ServerMissing, free_port, install_mariadb, mariadb_options, mariadb_programs
+from .servers import (
+    ServerMissing,
+    create_test_database,
+    free_port,
+    install_mariadb,
+    mariadb_options,
+    mariadb_programs,
+)
 
 
 def _wait(condition, timeout: float, what: str):
@@ -363,9 +370,7 @@ class GaleraCluster:
             for name in self.names:
                 self.start(name, bootstrap=name == self.names[0])
                 if name == self.names[0]:
-                    with sa.create_engine(self.url(name).replace("/test", "/"),
-                                          poolclass=sa.pool.NullPool).connect() as conn:
-                        conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
+                    create_test_database(self.url(name))
         except BaseException:
             self.destroy()
             raise

@@ -22,7 +22,7 @@ import tempfile
 
 import sqlalchemy as sa
 
-from .servers import free_port, run_tool, wait_connectable
+from .servers import create_test_database, free_port, run_tool, wait_connectable
 
 PACKAGE = "mysql-server-core"
 SOURCES = "deb http://deb.debian.org/debian sid main\n"
@@ -82,9 +82,7 @@ class PrivateMySQL:
             os.makedirs(f"{self.dir}/tmp")
             run_tool([*self._mysqld(), "--initialize-insecure"])
             self.start()
-            with sa.create_engine(self.url.replace("/test", "/"),
-                                  poolclass=sa.pool.NullPool).connect() as conn:
-                conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
+            create_test_database(self.url)
         except BaseException:
             self.destroy()
             raise

@@ -100,6 +100,17 @@ class PrivatePostgres:
         return tree_cpu_seconds(root)
 
 
+def create_test_database(url: str) -> None:
+    """Create the database ``test`` on the MySQL or MariaDB server of ``url`` (which names
+    it), where missing."""
+    engine = sa.create_engine(url.replace("/test", "/"), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
+    finally:
+        engine.dispose()
+
+
 def mariadb_options(home: str) -> list[str]:
     """The options every mariadbd (and mariadb-install-db) on the data directory
     ``home``/data takes. The temporary directory is the server's own, ``home``/tmp: a starting
@@ -140,9 +151,7 @@ class PrivateMariaDB:
         try:
             install_mariadb(self.dir)
             self.start()
-            with sa.create_engine(self.url.replace("/test", "/"),
-                                  poolclass=sa.pool.NullPool).connect() as conn:
-                conn.exec_driver_sql("CREATE DATABASE IF NOT EXISTS test")
+            create_test_database(self.url)
         except BaseException:
             self.destroy()
             raise
