@@ -251,8 +251,20 @@ class DelayedQueue(QueueBase):
         return self._run(self.extend_many_call(envelopes, by), connection)
 
     def _run(self, call: Call[T], connection: Connection | None) -> T:
-        return self.executor.run(call.op, write=True, connection=connection,
-                                 one_statement=call.one_statement)
+        done: T = self.executor.run(call.op, write=True, connection=connection,
+                                    one_statement=call.one_statement)
+        if call.drop_groups is None:
+            return done
+        if connection is not None:
+            self.executor.run(call.drop_groups, write=True, connection=connection)
+            return done
+        try:
+            self.executor.run(call.drop_groups, write=True, read_committed=True)
+        except Exception as exc:  # what the call was for is done
+            log.warning("queue %s: could not drop the rows of groups left empty; they stay, "
+                        "empty, until their groups' next messages are acked: %s",
+                        self.name, exc)
+        return done
 
     # ---- flow control: stored in the database, obeyed by every consumer -------------------
 

@@ -13,7 +13,7 @@ import traceback
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, NamedTuple, Self, TypeVar, cast
 
@@ -78,11 +78,14 @@ E = TypeVar("E", bound="Envelope[QueueBase]")
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """An operation ready to run, and whether it sends a single statement (which the
-    executor may then run in autocommit)."""
+    """An operation ready to run, whether it sends a single statement (which the executor
+    may then run in autocommit), and the drop of the rows of groups it left empty where the
+    dialect does that apart (``drops_groups_apart``; else None): in a transaction of its own
+    once the operation's has committed, or in the caller's transaction after it."""
 
     op: Op[T]
     one_statement: bool
+    drop_groups: Op[None] | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,27 +485,37 @@ class QueueBase:
             raise InvalidArgumentError(
                 f"envelope of queue {envelope.queue.name!r} given to queue {self.name!r}")
 
-    def ack_call(self, envelope: Envelope[QueueBase]) -> Call[bool]:
+    def _dropping(self, groups: Sequence[str], whole: bool) -> tuple[bool, Op[None] | None]:
+        """Whether an operation that frees ``groups`` drops the empty ones itself, and
+        otherwise the drop to run after it (``Call.drop_groups``); ``whole``: the operation
+        does it all, its caller running nothing after it."""
+        if whole or not groups or not self.dao.drops_groups_apart:
+            return True, None
+        names = sorted(set(groups))
+        return False, lambda conn: self.dao.drop_groups(conn, self.pkind, names)
+
+    def ack_call(self, envelope: Envelope[QueueBase], *, whole: bool = False) -> Call[bool]:
         """Delete a claimed message: True, or False when its lock is stale (nothing deleted).
-        A grouped message frees its group."""
+        A grouped message frees its group (``whole``: its drop, where empty, in ``op``)."""
         self.check_own(envelope)
         dao, lock, group, recorder = self.dao, envelope.lock, envelope.group, self.recorder
+        drop, after = self._dropping([] if group is None else [group], whole)
         if recorder is None:
             if group is None:
                 return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
             return Call(lambda conn: dao.ack_freeing(conn, self.pkind, lock, [envelope.row_id],
-                                                     [group]) > 0,
-                        dao.ack_frees_in_one)
+                                                     [group], drop=drop) > 0,
+                        dao.ack_frees_in_one, drop_groups=after)
 
         def op(conn: sa.Connection) -> bool:
             acked = dao.ack(conn, envelope.row_id, lock)
             if group is not None:
-                dao.free_groups(conn, self.pkind, lock, [group])
+                dao.free_groups(conn, self.pkind, lock, [group], drop=drop)
             if acked:
                 recorder.write(conn, [self._done_event(EventKind.ACKED, envelope)])
             return acked
 
-        return Call(op, False)
+        return Call(op, False, drop_groups=after)
 
     def ack_many_call(self, envelopes: Sequence[Envelope[QueueBase]]) -> Call[int] | None:
         """The deletion of claimed messages, one statement per claim batch (None: none given);
@@ -517,6 +530,7 @@ class QueueBase:
         if not by_lock:
             return None
         dao, recorder = self.dao, self.recorder
+        drop, after = self._dropping([g for names in groups.values() for g in names], False)
 
         several = len(by_lock) > 1 or len(envelopes) > dao.in_list_max
 
@@ -527,25 +541,25 @@ class QueueBase:
             for lock, held in by_lock.items():
                 ids, names = [env.row_id for env in held], groups.get(lock, ())
                 if recorder is None:
-                    acked += dao.ack_freeing(conn, self.pkind, lock, ids, names)
+                    acked += dao.ack_freeing(conn, self.pkind, lock, ids, names, drop=drop)
                     continue
                 if dao.ack_writes_history:  # the ack's statement writes the events
                     acked += dao.ack_recorded(conn, self.pkind, lock, ids, recorder.table,
                                               EventKind.ACKED.value, self.now_ms())
                     if names:
-                        dao.free_groups(conn, self.pkind, lock, names)
+                        dao.free_groups(conn, self.pkind, lock, names, drop=drop)
                     continue
                 gone = dao.ack_many_which(conn, lock, ids)
                 recorder.write(conn, [self._done_event(EventKind.ACKED, env)
                                       for env in held if env.key in gone])
                 acked += len(gone)
                 if names:
-                    dao.free_groups(conn, self.pkind, lock, names)
+                    dao.free_groups(conn, self.pkind, lock, names, drop=drop)
             return acked
 
         one = ((recorder is None or dao.ack_writes_history) and len(by_lock) == 1
                and len(envelopes) <= dao.in_list_max and (not groups or dao.ack_frees_in_one))
-        return Call(op, one)
+        return Call(op, one, drop_groups=after)
 
     def release_call(self, envelope: Envelope[QueueBase], delay: timedelta | None,
                      error: str | None = None) -> Call[bool]:
@@ -561,11 +575,14 @@ class QueueBase:
                                                 self._due_again(conn, envelope, delay_ms),
                                                 keep_lock=False), True)
 
+        drop, after = self._dropping([] if envelope.group is None else [envelope.group], False)
+
         def op(conn: sa.Connection) -> bool:
             due = self._due_again(conn, envelope, delay_ms)
             moved = self._move(conn, envelope, due, keep_lock=False)
             if envelope.group is not None:
-                self.dao.free_groups(conn, self.pkind, envelope.lock, [envelope.group])
+                self.dao.free_groups(conn, self.pkind, envelope.lock, [envelope.group],
+                                     drop=drop)
             if moved and self.recorder is not None:
                 again = f"due again at {from_ms(due).isoformat()}"
                 self.recorder.write(conn, [
@@ -573,7 +590,7 @@ class QueueBase:
                     else self._done_event(EventKind.FAILED, envelope, f"{again}: {error}")])
             return moved
 
-        return Call(op, False)
+        return Call(op, False, drop_groups=after)
 
     def _due_again(self, conn: sa.Connection, envelope: Envelope[QueueBase],
                    delay_ms: int) -> int:

@@ -475,7 +475,7 @@ class TasksBase:
                    ) -> Callable[[sa.Connection], bool]:
         """The ack of ``envelope`` and ``write``, in one transaction: written only where the
         ack deleted the message (its lock still held)."""
-        ack = envelope.queue.ack_call(envelope).op
+        ack = envelope.queue.ack_call(envelope, whole=True).op
 
         def op(conn: sa.Connection) -> bool:
             if not ack(conn):

@@ -86,12 +86,6 @@ def test_serial_groups_under_threads_and_killed_processes(engine, backend_url, t
     at random: within a group, handling intervals never overlap and go in due order; every
     message is handled; a group whose holder died resumes when its lock expires."""
     _skip_a_second_name_for_one_server(engine)
-    if engine.dialect.name == "mysql" and not engine.dialect.is_mariadb:
-        # consumer threads died in each of five runs on MySQL 9.7, hundreds of deadlocks a
-        # run; the acks run at READ COMMITTED too (tried: the read still locks the entries)
-        pytest.skip("MySQL: an ack that frees serial groups drops the emptied ones with a "
-                    "read of the group index that locks the next group's entries, which "
-                    "another ack has deleted: deadlocks until ack_many gives up (issue 44)")
     groups, per_group = 200, 50
     queue = blocking_queue(acquire_timeout=timedelta(seconds=2))
     now = queue.clock.now()

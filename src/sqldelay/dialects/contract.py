@@ -42,6 +42,8 @@ class Dialect(Protocol):
     bucket_in_claim: ClassVar[bool]  # the claim statement charges a rate limit's bucket
     groups_in_claim: ClassVar[bool]  # a queue of groups alone is claimed by claim_groups
     ack_frees_in_one: ClassVar[bool]  # ack_freeing is one statement
+    # an ack or a release leaves drop_groups to a transaction after its own
+    drops_groups_apart: ClassVar[bool]
     acks_in_claim: ClassVar[bool]  # claim_acking acks and claims in one statement
     claim_writes_history: ClassVar[bool]  # claim_acking writes the claim's history events
     ack_writes_history: ClassVar[bool]  # ack_recorded is one statement
@@ -237,12 +239,15 @@ class Dialect(Protocol):
         """The planner settings the grouped claim runs under, as a statement; or None."""
 
     def ack_freeing(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
-                    groups: Sequence[str]) -> int:
+                    groups: Sequence[str], *, drop: bool = True) -> int:
         """Ack messages and free the groups they held; how many were deleted."""
 
     def free_groups(self, conn: sa.Connection, pkind: str, lock: str,
-                    groups: Sequence[str]) -> None:
-        """Free the groups ``lock`` holds, dropping those left empty."""
+                    groups: Sequence[str], *, drop: bool = True) -> None:
+        """Free the groups ``lock`` holds, dropping those left empty (``drop``)."""
+
+    def drop_groups(self, conn: sa.Connection, pkind: str, groups: Sequence[str]) -> None:
+        """Drop the free groups among ``groups`` that have no message left."""
 
     def extend_group(self, conn: sa.Connection, pkind: str, lock: str, group: str,
                      until_ms: int) -> None:

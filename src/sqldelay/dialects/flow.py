@@ -574,24 +574,33 @@ class FlowControl:
 
     # ``ack_freeing`` is one statement, atomic alone (so it may run in autocommit)
     ack_frees_in_one: ClassVar[bool] = False
+    # the rows of the groups that an ack or a release left empty are dropped in a
+    # transaction of their own, once the one that freed them has committed (``drop_groups``)
+    drops_groups_apart: ClassVar[bool] = False
 
     def ack_freeing(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
-                    groups: Sequence[str]) -> int:
+                    groups: Sequence[str], *, drop: bool = True) -> int:
         """Ack the messages ``ids`` claimed by ``lock`` and free the groups ``lock`` holds
         among ``groups`` (``free_groups``): how many messages were deleted."""
         acked = self.ack_many(conn, lock, ids)
         if groups:
-            self.free_groups(conn, pkind, lock, groups)
+            self.free_groups(conn, pkind, lock, groups, drop=drop)
         return acked
 
     def free_groups(self, conn: sa.Connection, pkind: str, lock: str,
-                    groups: Sequence[str]) -> None:
-        """Free the groups ``lock`` holds (an ack, a release, a dead letter), and drop the rows
-        of those that have no message left."""
+                    groups: Sequence[str], *, drop: bool = True) -> None:
+        """Free the groups ``lock`` holds (an ack, a release, a dead letter), and (``drop``)
+        drop the rows of those that have no message left."""
         for part in chunked(sorted(set(groups)), self.in_list_max):
             values = {"b_kind": pkind, "names": part, "lock": lock}
             conn.execute(self._group_statements["free"], values)
-            conn.execute(self._group_statements["drop"], values)
+            if drop:
+                conn.execute(self._group_statements["drop"], values)
+
+    def drop_groups(self, conn: sa.Connection, pkind: str, groups: Sequence[str]) -> None:
+        """Drop the rows of the free groups among ``groups`` that have no message left."""
+        for part in chunked(sorted(set(groups)), self.in_list_max):
+            conn.execute(self._group_statements["drop"], {"b_kind": pkind, "names": part})
 
     def extend_locked(self, pkind: str, row_id: int, lock: str, until_ms: int, now_ms: int,
                       grouped: bool) -> sa.Update:

@@ -120,6 +120,14 @@ class MySQLQueueDao(QueueDao):
     duplicate_key_codes = frozenset({1062})
     transient_codes = frozenset({1213, _LOCK_WAIT_TIMEOUT})  # deadlock, lock wait timeout
     deadlock_codes = frozenset({1213})
+    # An ack that empties groups drops their rows after reading the group index for what is
+    # left (``NOT EXISTS``), and that read takes shared locks on the entries it meets, the next
+    # group's when the group is empty: entries that another ack has deleted and holds to its
+    # commit. In the ack's transaction, which holds the entries it deleted, two acks waited
+    # for each other (MySQL 9.7, the serial groups load test: consumers gave up after their
+    # retries in every run; the same at READ COMMITTED). Done in a transaction of its own,
+    # after the ack's, the drop holds no entry while it waits: 0 deadlocks in that test.
+    drops_groups_apart = True
     # can't connect (socket, TCP), server gone away, lost connection, shutdown in progress,
     # connection killed (MariaDB), disconnected by the server (MySQL 8)
     unavailable_codes = frozenset({2002, 2003, 2006, 2013, 1053, 1927, 4031})

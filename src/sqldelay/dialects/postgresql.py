@@ -907,13 +907,16 @@ class PostgresQueueDao(QueueDao):
     # a group's state is its messages': acking, releasing, dead-lettering or extending a
     # grouped message is all there is to it
     def ack_freeing(self, conn: sa.Connection, pkind: str, lock: str, ids: Sequence[int],
-                    groups: Sequence[str]) -> int:
+                    groups: Sequence[str], *, drop: bool = True) -> int:
         return self.ack_many(conn, lock, ids)
 
     ack_frees_in_one = True
 
     def free_groups(self, conn: sa.Connection, pkind: str, lock: str,
-                    groups: Sequence[str]) -> None:
+                    groups: Sequence[str], *, drop: bool = True) -> None:
+        pass
+
+    def drop_groups(self, conn: sa.Connection, pkind: str, groups: Sequence[str]) -> None:
         pass
 
     def extend_group(self, conn: sa.Connection, pkind: str, lock: str, group: str,
