@@ -104,7 +104,7 @@ class PrivateMySQL:
             self.proc = subprocess.Popen(
                 [*self._mysqld(), f"--port={self.port}", "--bind-address=127.0.0.1",
                  f"--socket={self.dir}/sock", f"--pid-file={self.dir}/pid", "--mysqlx=OFF",
-                 "--secure-file-priv=NULL", "--skip-log-bin", f"--log-error={self.dir}/log",
+                 "--secure-file-priv=NULL", "--skip-log-bin", f"--log-error={self.dir}/error.log",
                  "--innodb-buffer-pool-size=256M"],
                 stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -114,7 +114,7 @@ class PrivateMySQL:
 
     def _log_tail(self) -> str:
         text = ""
-        for name in ("out", "log"):
+        for name in ("out", "error.log"):  # mysqld adds .err to a name with no extension
             if os.path.exists(f"{self.dir}/{name}"):
                 with open(f"{self.dir}/{name}", errors="replace") as f:
                     text += f.read()[-2000:]
