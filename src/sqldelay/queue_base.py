@@ -485,21 +485,22 @@ class QueueBase:
             raise InvalidArgumentError(
                 f"envelope of queue {envelope.queue.name!r} given to queue {self.name!r}")
 
-    def _dropping(self, groups: Sequence[str], whole: bool) -> tuple[bool, Op[None] | None]:
-        """Whether an operation that frees ``groups`` drops the empty ones itself, and
-        otherwise the drop to run after it (``Call.drop_groups``); ``whole``: the operation
-        does it all, its caller running nothing after it."""
+    def _drop_after(self, groups: Sequence[str], whole: bool) -> Op[None] | None:
+        """The drop of the empty ones among ``groups`` to run after the operation that frees
+        them (``Call.drop_groups``), or None where that operation drops them itself;
+        ``whole``: the operation does it all, its caller running nothing after it."""
         if whole or not groups or not self.dao.drops_groups_apart:
-            return True, None
-        names = sorted(set(groups))
-        return False, lambda conn: self.dao.drop_groups(conn, self.pkind, names)
+            return None
+        names = list(groups)
+        return lambda conn: self.dao.drop_groups(conn, self.pkind, names)
 
     def ack_call(self, envelope: Envelope[QueueBase], *, whole: bool = False) -> Call[bool]:
         """Delete a claimed message: True, or False when its lock is stale (nothing deleted).
         A grouped message frees its group (``whole``: its drop, where empty, in ``op``)."""
         self.check_own(envelope)
         dao, lock, group, recorder = self.dao, envelope.lock, envelope.group, self.recorder
-        drop, after = self._dropping([] if group is None else [group], whole)
+        after = self._drop_after([] if group is None else [group], whole)
+        drop = after is None
         if recorder is None:
             if group is None:
                 return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
@@ -530,7 +531,8 @@ class QueueBase:
         if not by_lock:
             return None
         dao, recorder = self.dao, self.recorder
-        drop, after = self._dropping([g for names in groups.values() for g in names], False)
+        after = self._drop_after([g for names in groups.values() for g in names], False)
+        drop = after is None
 
         several = len(by_lock) > 1 or len(envelopes) > dao.in_list_max
 
@@ -575,7 +577,8 @@ class QueueBase:
                                                 self._due_again(conn, envelope, delay_ms),
                                                 keep_lock=False), True)
 
-        drop, after = self._dropping([] if envelope.group is None else [envelope.group], False)
+        after = self._drop_after([] if envelope.group is None else [envelope.group], False)
+        drop = after is None
 
         def op(conn: sa.Connection) -> bool:
             due = self._due_again(conn, envelope, delay_ms)
