@@ -186,8 +186,9 @@ def test_mysql_and_mariadb_dialect_names_send_the_same_statements():
     # deletions by key that say which keys went (MariaDB has DELETE ... RETURNING, MySQL
     # does not; an ack by id reads its rows through the primary key first on both), and the
     # read of group heads (MariaDB finds the heads' ids in a derived table, then
-    # locks them by primary key), and the acks of sqldelay's own transactions (MariaDB's
-    # fail at once where they would wait for a lock; a MySQL server cannot set that)
+    # locks them by primary key), and the acks of sqldelay's own transactions, which fail at
+    # once where they would wait for a lock (MariaDB sets the DELETE's lock wait to none; a
+    # MySQL server cannot, and locks the messages' keys first with a read that does not wait)
     def heads(sql: str) -> bool:
         return "(SELECT (SELECT delayed_queue.id" in sql
 
@@ -206,8 +207,10 @@ def test_mysql_and_mariadb_dialect_names_send_the_same_statements():
     unwaiting = [sql for label, sql in emitted("mariadb") if " retried " in f"{label} "]
     assert len(unwaiting) == 2 and all(sql.startswith(
         "SET STATEMENT innodb_lock_wait_timeout=0 FOR DELETE ") for sql in unwaiting)
-    waiting = [sql for label, sql in emitted("mysql") if " retried " in f"{label} "]
-    assert len(waiting) == 2 and all(sql.startswith("DELETE ") for sql in waiting)
+    nowait = [sql for label, sql in emitted("mysql") if " retried " in f"{label} "]
+    assert [(sql.split()[0], sql.endswith(" FOR UPDATE NOWAIT")) for sql in nowait] == [
+        ("SELECT", True), ("DELETE", False)] * 2
+    assert all(" FORCE INDEX (delayed_queue_kind_key_uq) " in sql for sql in nowait[::2])
     returning = [sql for label, sql in emitted("mariadb") if label.startswith("drop which")]
     assert "RETURNING delayed_queue.pkey" in returning[0]
     locking = [sql for label, sql in emitted("mysql") if label.startswith("drop which")]

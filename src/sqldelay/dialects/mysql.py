@@ -45,6 +45,15 @@ _PACKET_LIMITS: weakref.WeakKeyDictionary[sa.Pool, int] = weakref.WeakKeyDiction
 _NAMED_DRIVERS = frozenset({"pymysql", "mysqldb", "asyncmy"})
 # the error of a lock wait that timed out, or that a statement was not to wait for at all
 _LOCK_WAIT_TIMEOUT = 1205
+# MySQL's error of a locking read that was not to wait (NOWAIT) and met a lock
+_LOCK_NOWAIT = 3572
+# the errors of an ack that would have waited for a lock (``MySQLQueueDao.ack``)
+_NOT_WAITED = frozenset({_LOCK_WAIT_TIMEOUT, _LOCK_NOWAIT})
+
+
+def _on_mariadb(conn: sa.Connection) -> bool:
+    """Whether ``conn`` is to a MariaDB server (whatever its URL calls it)."""
+    return cast("MySQLDialect", conn.dialect).is_mariadb
 
 
 def named_placeholders(dialect: sa.Dialect) -> sa.Dialect:
@@ -118,7 +127,8 @@ class MySQLQueueDao(QueueDao):
     offer_chunk = 1000
     precompiled_insert = True
     duplicate_key_codes = frozenset({1062})
-    transient_codes = frozenset({1213, _LOCK_WAIT_TIMEOUT})  # deadlock, lock wait timeout
+    # deadlock, lock wait timeout, a lock met by NOWAIT (MySQL)
+    transient_codes = frozenset({1213, _LOCK_WAIT_TIMEOUT, _LOCK_NOWAIT})
     deadlock_codes = frozenset({1213})
     # An ack that empties groups drops their rows after reading the group index for what is
     # left (``NOT EXISTS``), and that read takes shared locks on the entries it meets, the next
@@ -192,23 +202,28 @@ class MySQLQueueDao(QueueDao):
         return sa.delete(table).where(*where).with_dialect_options(mysql_limit=count,
                                                                    mariadb_limit=count)
 
-    # An ack in a transaction of sqldelay's own deletes without waiting for a lock (on MariaDB,
-    # whatever the URL's dialect name; MySQL has no setting of InnoDB's wait for one statement,
-    # and waits), and where it would have waited for a key's index entry the engine layer runs it
-    # again after a backoff. An offer whose insert met a key that another producer had just
-    # inserted keeps a shared lock on the key's entry of the unique index to the end of its
-    # transaction, then locks the rows of its keys; an ack of that key's message, holding the row,
-    # waited for the entry to delete it: a deadlock, and InnoDB rolled back the offer, which had
-    # written least, in the caller's transaction where nothing could run it again (two producers
-    # of the same new keys in opposite orders and two consumers, MariaDB 10.11: 2 runs of 40
-    # failed; 0 of 80 since). Only the ack can give way: the offer cannot release that lock, and
-    # in a caller's transaction cannot start again. An ack that never waits for an index entry is
-    # in no circle of waits; in the caller's transaction it waits, as before.
+    # An ack in a transaction of sqldelay's own deletes without waiting for a lock, and where it
+    # would have waited for a key's index entry the engine layer runs it again after a backoff.
+    # An offer whose insert met a key that another producer had just inserted keeps a shared
+    # lock on the key's entry of the unique index to the end of its transaction, then locks the
+    # rows of its keys; an ack of that key's message, holding the row, waited for the entry to
+    # delete it: a deadlock, and InnoDB rolled back the offer, which had written least, in the
+    # caller's transaction where nothing could run it again (two producers of the same new keys
+    # in opposite orders and two consumers, MariaDB 10.11: 2 runs of 40 failed; 0 of 80 since;
+    # steered, test_an_ack_gives_way_to_an_offer_whose_insert_met_its_key: the offer rolled
+    # back, 1213, on MySQL 9.7 too). Only the ack can give way: the offer cannot release that
+    # lock, and in a caller's transaction cannot start again. An ack that never waits for an
+    # index entry is in no circle of waits; in the caller's transaction it waits, as before.
+    # - MariaDB deletes with InnoDB's lock wait set to none for that statement (SET STATEMENT).
+    # - MySQL has no such setting for one statement (SET_VAR refuses innodb_lock_wait_timeout,
+    #   warning 3637 on 9.7; its least is a second). Its ack locks the entries of its keys in
+    #   the unique index first, with a read through that index that does not wait (NOWAIT),
+    #   then deletes: a round trip more than MariaDB's.
 
     @staticmethod
     def _unwaiting(conn: sa.Connection) -> bool:
         """Whether the acks on ``conn`` fail at once rather than wait for a lock."""
-        return bool(conn.info.get(RETRIED)) and getattr(conn.dialect, "is_mariadb", False)
+        return bool(conn.info.get(RETRIED))
 
     def ack(self, conn: sa.Connection, row_id: int, lock: str) -> bool:
         if not self._unwaiting(conn):
@@ -227,14 +242,37 @@ class MySQLQueueDao(QueueDao):
         ``lock_acked``), then deleted without waiting again. Failing at once on the rows
         too, acks met the rows that producers of the same keys held for a moment: 47 to 210
         run again in 10 s of the offer and ack load test (tests/conformance), 0 to 3 so."""
-        values = {"lock": lock, "ids": ids}
         try:
-            return int(conn.execute(self._ack_unwaiting, values).rowcount)
+            return self._delete_unwaiting(conn, lock, ids)
         except sa.exc.OperationalError as exc:
-            if self.error_code(exc) != _LOCK_WAIT_TIMEOUT:
+            if self.error_code(exc) not in _NOT_WAITED:
                 raise
         self.lock_acked(conn, ids)
-        return int(conn.execute(self._ack_unwaiting, values).rowcount)
+        return self._delete_unwaiting(conn, lock, ids)
+
+    def _delete_unwaiting(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
+        """Delete the messages ``ids`` held under ``lock``, failing at once (1205 MariaDB,
+        3572 MySQL, the statement undone) where the DELETE would wait for a lock."""
+        values = {"lock": lock, "ids": ids}
+        if _on_mariadb(conn):
+            return int(conn.execute(self._ack_unwaiting, values).rowcount)
+        conn.execute(self._keys_unwaiting, values)
+        return int(conn.execute(self._ack_many, values).rowcount)
+
+    @functools.cached_property
+    def _keys_unwaiting(self) -> AnySelect:
+        """The messages ``ids`` and the entries of their keys in the unique index, locked,
+        or failed at once (NOWAIT) where one is held: the messages found by id through the
+        primary key, joined to themselves by key through the unique index."""
+        t = self.table
+        held, keyed = t.alias("held"), t.alias("keyed")
+        return (sa.select(keyed.c.id)
+                .select_from(held.join(keyed, sa.and_(keyed.c.pkind == held.c.pkind,
+                                                      keyed.c.pkey == held.c.pkey)))
+                .with_hint(held, "FORCE INDEX (PRIMARY)")
+                .with_hint(keyed, f"FORCE INDEX ({t.name}_kind_key_uq)")
+                .where(held.c.id.in_(sa.bindparam("ids", expanding=True)))
+                .with_for_update(nowait=True))
 
     def lock_acked(self, conn: sa.Connection, ids: Sequence[int]) -> None:
         # A worker acks what its handlers finished together, often of two or more claims:
@@ -278,9 +316,13 @@ class MySQLQueueDao(QueueDao):
         t = self.table
         rows = conn.execute(sa.select(t.c.id, t.c.pkey).where(*where)
                             .with_hint(t, "FORCE INDEX (PRIMARY)").with_for_update()).all()
-        if rows:
-            delete = _DeleteUnwaiting if self._unwaiting(conn) else _DeleteByPrimary
-            conn.execute(delete(t).where(*where))
+        if rows and not self._unwaiting(conn):
+            conn.execute(_DeleteByPrimary(t).where(*where))
+        elif rows and _on_mariadb(conn):
+            conn.execute(_DeleteUnwaiting(t).where(*where))
+        elif rows:  # the rows held: their keys' entries the DELETE would wait for
+            conn.execute(self._keys_unwaiting, {"ids": [r.id for r in rows]})
+            conn.execute(_DeleteByPrimary(t).where(*where))
         return [r.pkey for r in rows]
 
     @functools.cached_property

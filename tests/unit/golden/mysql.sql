@@ -95,9 +95,15 @@ DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uu
 DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- ack retried 0
-DELETE FROM delayed_queue WHERE delayed_queue.id = :id AND delayed_queue.lock_uuid = :lock;
+SELECT keyed.id FROM delayed_queue AS held FORCE INDEX (PRIMARY) INNER JOIN delayed_queue AS keyed FORCE INDEX (delayed_queue_kind_key_uq) ON keyed.pkind = held.pkind AND keyed.pkey = held.pkey WHERE held.id IN (:ids_1) FOR UPDATE NOWAIT;
+
+-- ack retried 1
+DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1);
 
 -- ack_many retried 0
+SELECT keyed.id FROM delayed_queue AS held FORCE INDEX (PRIMARY) INNER JOIN delayed_queue AS keyed FORCE INDEX (delayed_queue_kind_key_uq) ON keyed.pkind = held.pkind AND keyed.pkey = held.pkey WHERE held.id IN (:ids_1, :ids_2) FOR UPDATE NOWAIT;
+
+-- ack_many retried 1
 DELETE FROM delayed_queue USING delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.lock_uuid = :lock AND delayed_queue.id IN (:ids_1, :ids_2);
 
 -- lock_acked 0
