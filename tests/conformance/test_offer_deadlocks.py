@@ -190,6 +190,7 @@ def test_an_acks_locking_read_locks_the_rows_in_id_order(one_queue, engine):
     assert (plan["type"], plan["key"]) == ("range", "PRIMARY")
     assert "filesort" not in (plan["Extra"] or "")
 
+
 def test_an_ack_that_gives_way_meets_no_lock_but_on_its_own_messages(one_queue, engine):
     # An ack in sqldelay's own transaction fails at once where it would wait for a lock,
     # and runs again. It must meet only the locks of the messages it acks: one that met
