@@ -251,13 +251,22 @@ class MySQLQueueDao(QueueDao):
         return self._delete_unwaiting(conn, lock, ids)
 
     def _delete_unwaiting(self, conn: sa.Connection, lock: str, ids: Sequence[int]) -> int:
-        """Delete the messages ``ids`` held under ``lock``, failing at once (1205 MariaDB,
-        3572 MySQL, the statement undone) where the DELETE would wait for a lock."""
+        """Delete the messages ``ids`` held under ``lock``, failing at once where the DELETE
+        would wait for a lock (``_giving_way``)."""
         values = {"lock": lock, "ids": ids}
+        return int(self._giving_way(conn, ids, self._ack_unwaiting, self._ack_many,
+                                    values).rowcount)
+
+    def _giving_way(self, conn: sa.Connection, ids: Sequence[int], on_mariadb: sa.Delete,
+                    on_mysql: sa.Delete, values: dict[str, Any]) -> sa.CursorResult[Any]:
+        """Run a DELETE of the messages ``ids`` that fails at once (1205 MariaDB, 3572 MySQL,
+        the statement undone) where it would wait for a lock: ``on_mariadb``, a
+        ``_DeleteUnwaiting``, on a MariaDB server; on MySQL ``on_mysql``, a
+        ``_DeleteByPrimary``, once ``_keys_unwaiting`` has locked the messages and their keys."""
         if _on_mariadb(conn):
-            return int(conn.execute(self._ack_unwaiting, values).rowcount)
-        conn.execute(self._keys_unwaiting, values)
-        return int(conn.execute(self._ack_many, values).rowcount)
+            return conn.execute(on_mariadb, values)
+        conn.execute(self._keys_unwaiting, {"ids": ids})
+        return conn.execute(on_mysql, values)
 
     @functools.cached_property
     def _keys_unwaiting(self) -> AnySelect:
@@ -318,11 +327,9 @@ class MySQLQueueDao(QueueDao):
                             .with_hint(t, "FORCE INDEX (PRIMARY)").with_for_update()).all()
         if rows and not self._unwaiting(conn):
             conn.execute(_DeleteByPrimary(t).where(*where))
-        elif rows and _on_mariadb(conn):
-            conn.execute(_DeleteUnwaiting(t).where(*where))
-        elif rows:  # the rows held: their keys' entries the DELETE would wait for
-            conn.execute(self._keys_unwaiting, {"ids": [r.id for r in rows]})
-            conn.execute(_DeleteByPrimary(t).where(*where))
+        elif rows:
+            self._giving_way(conn, [r.id for r in rows], _DeleteUnwaiting(t).where(*where),
+                             _DeleteByPrimary(t).where(*where), {})
         return [r.pkey for r in rows]
 
     @functools.cached_property
