@@ -153,7 +153,7 @@ class MySQLQueueDao(QueueDao):
     # An insert that fails on a key inserted since the offer's read keeps a shared lock on that
     # key's index entry and the gap before it to the end of the transaction, and the round after
     # it can deadlock on it (``existing_rows`` reads the keys not found again to make that rare,
-    # and on MariaDB acks give way: ``ack``). Two other ways out were measured in the offer and
+    # and acks give way: ``ack``). Two other ways out were measured in the offer and
     # ack load test (tests/conformance) with four producers in sqldelay's own transactions
     # (MariaDB 10.11, 10 s a driver, three drivers) and left out: starting the transaction again
     # at every such duplicate lost the race to the other producers, up to 70 times in a row, and
