@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import glob
 import multiprocessing
 import os
 import signal
@@ -44,6 +45,27 @@ def record(envelope) -> None:
     _write(envelope.key)
 
 
+# A process that starts first can drain a queue of 20,000 alone before the others have
+# connected (a CI run on a loaded machine: all 20,000 by one of three). ``shared`` handlers
+# record, then wait until a second process has recorded too (at most a minute, then go on),
+# so that the test sees the processes share the queue rather than race to start.
+PEER_WAIT = 60.0
+_peer_seen = False
+
+
+def _peer_recorded() -> bool:
+    global _peer_seen
+    _peer_seen = _peer_seen or len(glob.glob(f"{os.environ['SQLDELAY_TEST_OUT']}.*")) >= 2
+    return _peer_seen
+
+
+def shared(envelope) -> None:
+    record(envelope)
+    deadline = time.monotonic() + PEER_WAIT
+    while not _peer_recorded() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def slow(envelope) -> None:
     _write(f"start {envelope.key}")
     time.sleep(0.5)  # a handler at work when SIGTERM arrives
@@ -59,6 +81,13 @@ def timed(envelope) -> None:
 # the same as async def: `sqldelay worker` runs them on the asyncio worker
 async def record_async(envelope) -> None:
     record(envelope)
+
+
+async def shared_async(envelope) -> None:
+    record(envelope)
+    deadline = time.monotonic() + PEER_WAIT
+    while not _peer_recorded() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
 
 
 async def slow_async(envelope) -> None:
@@ -138,7 +167,7 @@ def test_worker_processes_handle_each_of_20000_messages_exactly_once(make_queue,
     q.offer_many([Message(k, i) for i, k in enumerate(keys)])
     out = tmp_path / "out"
     procs = [worker_process(url_for(target, backend_url), table_name, q.name,
-                            handler_for(target, "record"), out, "--drain",
+                            handler_for(target, "shared"), out, "--drain",
                             "--concurrency", "2", "--batch-size", "200")
              for _ in range(3)]
     try:
