@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
+import subprocess
 import threading
 import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -679,3 +683,131 @@ def test_an_ack_in_the_callers_transaction_waits_for_locks_as_ever(one_queue, en
     assert unwaiting(sent) == []
     assert any("DELETE " in s for s in sent)
     assert one_queue.stats().due == 0
+
+
+class _StoppedAt:
+    """gdb attached to the PostgreSQL server process ``pid`` on this machine, which it stops
+    at its next call of ``function`` (one the server exports) until ``release``."""
+
+    def __init__(self, pid: int, function: str) -> None:
+        self._gdb = subprocess.Popen(
+            ["gdb", "-q", "-nx", "-p", str(pid)], stdin=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self._send("set pagination off", "set confirm off", f"break {function}",
+                   "echo armed\\n", "continue")
+        wait_for(lambda: any(line.endswith("armed\n") for line in self.lines), 60,
+                 f"gdb to attach to process {pid}", meanwhile=self._alive)
+
+    def _read(self) -> None:
+        assert self._gdb.stdout is not None
+        self.lines.extend(self._gdb.stdout)
+
+    def _send(self, *commands: str) -> None:
+        assert self._gdb.stdin is not None
+        self._gdb.stdin.write("".join(f"{c}\n" for c in commands))
+        self._gdb.stdin.flush()
+
+    def _alive(self) -> None:
+        assert self._gdb.poll() is None, "gdb ended:\n" + "".join(self.lines)
+
+    def wait_stopped(self) -> None:
+        wait_for(lambda: any("Breakpoint 1," in line for line in self.lines), 30,
+                 "the server process to reach the breakpoint", meanwhile=self._alive)
+
+    def release(self) -> None:
+        if self._gdb.poll() is None:
+            self._send("delete", "detach", "quit")
+        self._gdb.wait(30)
+
+
+def _server_process(engine: sa.Engine, pid: int) -> None:
+    """Skip, saying why, where ``pid`` (a backend's) is not a PostgreSQL process on this
+    machine; fail where gdb, which steers it, is missing."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        name = ""
+    if name not in ("postgres", "postmaster"):
+        pytest.skip(f"the PostgreSQL server of {engine.url.host} is not on this machine "
+                    "(gdb stops one of its processes)")
+    if shutil.which("gdb") is None:
+        pytest.fail("gdb is needed to steer the server (apt-get install gdb)", pytrace=False)
+
+
+def test_a_claim_gives_way_to_an_offer_updating_what_it_meets(one_queue, engine):
+    # A claim, FOR UPDATE SKIP LOCKED, has locked b and meets a, which producer P is updating.
+    # P commits just then, as the claim checks whether P still runs: PostgreSQL then locks
+    # a's newer versions too, and waits for the transaction updating the newest, producer O,
+    # where SKIP LOCKED would have skipped a. O, in its caller's transaction, updated a and
+    # waits for b: a deadlock. PostgreSQL rolls back the one whose deadlock check runs first,
+    # a wait's deadlock_timeout after it began: O, which began to wait first. The window is
+    # microseconds wide; gdb holds the claim's server process in it. The claim, alone in a
+    # transaction of sqldelay's own, gives way after half its deadlock_timeout instead and
+    # is run again. Here the claim's deadlock check comes 4 s after its wait begins, O's 3 s
+    # after its own: without that, O's first; with it, the claim gives up at 2 s.
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's SKIP LOCKED; the other databases' claims have tests of "
+                    "their own locks")
+    queue, due = one_queue, datetime.now(UTC) - timedelta(hours=1)
+    queue.offer_many([Message("a", 0, due + timedelta(seconds=1)), Message("b", 0, due)])
+    claims = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
+
+    @sa.event.listens_for(claims, "connect")
+    def _slow_deadlock_check(dbapi_connection, record) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SET deadlock_timeout = '4s'")
+        cursor.close()
+        dbapi_connection.commit()  # the pool's rollback would undo it
+
+    claimer = DelayedQueue(claims, queue.name, table_name=queue.dao.table.name)
+    with claims.connect() as conn:  # the pool's one connection, which the claim will use
+        pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    _server_process(engine, pid)
+    claimed: list = []
+    offered: list = []
+
+    def claim() -> None:
+        try:
+            claimed.append(claimer.poll_many(10))
+        except BaseException as exc:
+            claimed.append(exc)
+
+    def offer(o: sa.Connection) -> None:
+        try:
+            offered.append(queue.offer_many([Message("a", 2, due), Message("b", 2, due)],
+                                            connection=o))
+            o.commit()
+        except BaseException as exc:
+            offered.append(exc)
+
+    stopped = _StoppedAt(pid, "ConditionalXactLockTableWait")
+    claiming = threading.Thread(target=claim)
+    try:
+        with engine.connect() as p, engine.connect() as o:
+            queue.offer_many([Message("a", 1, due)], connection=p)  # P updates a
+            claiming.start()
+            stopped.wait_stopped()  # the claim holds b, and asks whether P still runs
+            p.commit()
+            o.exec_driver_sql("SET LOCAL deadlock_timeout = '3s'")
+            opid = o.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            offering = threading.Thread(target=offer, args=(o,))
+            offering.start()
+
+            def o_waits() -> bool:  # read anew: a transaction sees its first reading
+                with engine.connect() as watch:
+                    return watch.execute(sa.text(
+                        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"),
+                        {"pid": opid}).scalar() == "Lock"
+
+            wait_for(o_waits, 30, "O to wait for b")
+            stopped.release()
+            offering.join(60)
+            claiming.join(60)
+    finally:
+        stopped.release()
+        claims.dispose()
+    assert offered == [[OfferOutcome.UPDATED, OfferOutcome.UPDATED]], offered
+    assert isinstance(claimed[0], list), claimed
+    assert [queue.get(k).payload for k in "ab"] == [2, 2]

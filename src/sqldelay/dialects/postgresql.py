@@ -88,6 +88,15 @@ _OVERDRAWN = "22012"
 # a zero written into the statements (a bound one is a parameter on every call)
 _ZERO: sa.ColumnClause[int] = sa.literal_column("0")
 
+# The claim's lock wait, set by the claim itself before it locks a message, to the end of its
+# transaction (in autocommit, the statement): half the deadlock timeout, or the session's
+# lock_timeout where that is shorter (``_claim_statement``: ``gives_way``). Always true.
+_GIVING_WAY: sa.ColumnElement[bool] = sa.literal_column(
+    "(SELECT set_config('lock_timeout', greatest(1, extract(epoch FROM CASE WHEN l > "
+    "interval '0' AND l < d / 2 THEN l ELSE d / 2 END) * 1000)::bigint::text, true) "
+    "FROM (SELECT current_setting('lock_timeout')::interval AS l, "
+    "current_setting('deadlock_timeout')::interval AS d) AS timeouts)").is_not(None)
+
 
 def _constant(text: str) -> sa.ColumnElement[str]:
     """``text``, one of this module's own constants (no quotes in it), written into a
@@ -185,8 +194,8 @@ class PostgresQueueDao(QueueDao):
         self.group_index = f"{table.name}_kind_grouped_ix"  # without claimed ungrouped ones
         self._offer_cache: dict[tuple[object, ...], _DriverSql] = {}
         self._unnest_inserts: dict[tuple[str, tuple[str, ...], bool], sa.Insert] = {}
-        self._claims: dict[tuple[tuple[str, ...], bool, bool], sa.Update] = {}
-        self._recorded_claims: dict[tuple[tuple[str, ...], bool, bool, str, str, str],
+        self._claims: dict[tuple[tuple[str, ...], bool, bool, bool], sa.Update] = {}
+        self._recorded_claims: dict[tuple[tuple[str, ...], bool, bool, bool, str, str, str],
                                      AnySelect] = {}
         self._recorded_acks: dict[tuple[str, str], AnySelect] = {}
         self._heads_claims: dict[bool, sa.Update] = {}
@@ -242,7 +251,7 @@ class PostgresQueueDao(QueueDao):
                 .order_by(both.c.o_priority.desc(), both.c.o_due, both.c.o_id).limit(limit))
 
     def _claim_statement(self, where: tuple[str, ...], by: bool = False,
-                         acking: bool = False) -> sa.Update:
+                         acking: bool = False, gives_way: bool = False) -> sa.Update:
         """One statement: a MATERIALIZED CTE picks due ids FOR UPDATE SKIP LOCKED (materialized
         so the LIMIT runs once), the UPDATE marks them (and names their holder when ``by``)
         and returns the rows, with the lock and holder each had before; one per set of claim
@@ -258,8 +267,24 @@ class PostgresQueueDao(QueueDao):
         ``acking``: the statement also deletes the messages acked (``claim_acking``), in a
         CTE the pick waits for, and marks none of them claimed: in one statement the delete
         and the claim see the same snapshot, and a message whose lock expired could be both
-        deleted and claimed."""
-        if (where, by, acking) not in self._claims:
+        deleted and claimed.
+
+        ``gives_way`` (the statement alone in a transaction of sqldelay's own, in autocommit,
+        which the engine layer runs again): once the acks are deleted, the statement waits
+        for a row lock at most half the deadlock timeout (``_GIVING_WAY``).
+        SKIP LOCKED does not skip everything. Where the row it meets was being updated by a
+        transaction that commits just then, PostgreSQL locks the row's newer versions too,
+        and waits for the transaction updating the newest. An offer updating that message
+        again while waiting for a row the claim has locked is then in a deadlock with the
+        claim, and PostgreSQL rolls back the one whose deadlock check runs first: the one
+        that began to wait first, the offer, which in its caller's transaction nothing runs
+        again (steered, test_a_claim_gives_way_to_an_offer_updating_what_it_meets: the
+        offer rolled back, 40P01). Waiting less than that, the claim gives up first, is
+        run again, and the offer goes on. Only the claim's row locks are bounded: the
+        table's lock is taken before the statement runs. A claim of several statements
+        (flow control beyond a rate limit) waits as before: the setting would hold for the
+        statements after it."""
+        if (where, by, acking, gives_way) not in self._claims:
             t, s = self.table, self.settings
             kind: sa.BindParameter[str] = sa.bindparam("b_kind")
             now = sa.bindparam("b_now", type_=sa.BigInteger)
@@ -290,7 +315,8 @@ class PostgresQueueDao(QueueDao):
                 self.due_in_claim_order(
                     sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by,
                               t.c.priority).where(*self.due_conditions(each)),
-                    limit, gate=[*acks_first, *self.due_conditions(gate), *funded],
+                    limit, gate=[*acks_first, *([_GIVING_WAY] if gives_way else []),
+                                 *self.due_conditions(gate), *funded],
                     skip_locked=True)
                 .cte("picked")
                 .prefix_with("MATERIALIZED")
@@ -341,8 +367,8 @@ class PostgresQueueDao(QueueDao):
                 claim = claim.add_cte(charge.cte("charged"))
             if acked is not None:
                 claim = claim.add_cte(acked)
-            self._claims[where, by, acking] = claim
-        return self._claims[where, by, acking]
+            self._claims[where, by, acking, gives_way] = claim
+        return self._claims[where, by, acking, gives_way]
 
     def _ack_ids(self) -> sa.ColumnElement[Sequence[int]]:
         return self._id_array(sa.bindparam("ack_ids", type_=_IdList()))
@@ -423,10 +449,10 @@ class PostgresQueueDao(QueueDao):
         if acks:
             values["ack_ids"] = [i for _, ids in acks for i in ids]
             values["ack_locks"] = [held for held, ids in acks for _ in ids]
-        stmt: sa.Executable = self._claim_statement(tuple(where), actor is not None,
-                                                    acking=bool(acks))
+        shape = (tuple(where), actor is not None, bool(acks), bool(conn.info.get(AUTOCOMMIT)))
+        stmt: sa.Executable = self._claim_statement(*shape)
         if events is not None:
-            stmt = self._recorded_claim(tuple(where), actor is not None, bool(acks), events)
+            stmt = self._recorded_claim(*shape, events)
             values["claimed_detail"] = events.claimed_detail
             values["expired_detail"] = events.expired_detail
         rows = self._raced(where, lambda: in_claim_order(
@@ -457,16 +483,17 @@ class PostgresQueueDao(QueueDao):
                                            "b_now": now_ms}).scalar() or 0)
                    for chunk in chunked(ids, self.in_list_max))
 
-    def _recorded_claim(self, where: tuple[str, ...], by: bool, acking: bool,
+    def _recorded_claim(self, where: tuple[str, ...], by: bool, acking: bool, gives_way: bool,
                         events: ClaimEvents) -> AnySelect:
         """``_claim_statement`` that writes its history events: the UPDATE a CTE whose rows
         the statement returns, and an INSERT into ``events.table`` of an event of kind
         ``events.claimed`` per message claimed (detail: parameter claimed_detail), after one of
         kind ``events.lock_expired`` (detail: expired_detail) where its last holder's lock
         had run out, as ``QueueBase._claim_events`` makes them."""
-        key = (where, by, acking, events.table.name, events.claimed, events.lock_expired)
+        key = (where, by, acking, gives_way, events.table.name, events.claimed,
+               events.lock_expired)
         if key not in self._recorded_claims:
-            claimed = self._claim_statement(where, by, acking).cte("claimed")
+            claimed = self._claim_statement(where, by, acking, gives_way).cte("claimed")
             kind = sa.bindparam("b_kind", type_=sa.Text)
             now = sa.bindparam("b_now", type_=sa.BigInteger)
             names = ("pkind", "pkey", "at", "kind", "actor", "attempt", "detail", "o_id",
@@ -1195,8 +1222,7 @@ class PostgresQueueDao(QueueDao):
     def claim_plain(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                     lock: str, until_ms: int, where: Sequence[str],
                     actor: str | None = None) -> list[ClaimedRow]:
-        return self._raced(where, lambda: self.claim_returning(
-            conn, pkind, now_ms, limit, lock, until_ms, where, actor, lambda r: ClaimedRow(*r)))
+        return self.claim_acking(conn, pkind, now_ms, limit, lock, until_ms, where, actor, ())
 
     def _raced(self, where: Sequence[str], claim: Callable[[], list[ClaimedRow]]
                ) -> list[ClaimedRow]:
