@@ -97,7 +97,7 @@ def scripts(table: str, batch: int) -> tuple[dict[str, str], dict[str, str]]:
     }
     for name, expr in arrays.items():
         offer = re.sub(rf":{name}(::[\w\[\]]+)?", lambda _m, e=expr: e, offer)
-    claim = _ids(compile_sql(dao._claim_statement(('guard',)), constants))
+    claim = _ids(compile_sql(dao._claim_statement(('guard',), gives_way=True), constants))
     if batch == 1:
         ack = compile_sql(dao._ack, constants)
     else:

@@ -128,7 +128,7 @@ def offer(bench: Bench, queue, clients: int, batch: int, batches: int,
 def drain(bench: Bench, queue, batch: int, layer: str) -> Callable[[int], None]:
     """A consumer body like ``harness.drain``, through ``layer``."""
     dao = queue.dao
-    claim = dao._claim_statement(("guard",))
+    claim = dao._claim_statement(("guard",), gives_way=True)  # as ours sends it, alone
     ack = dao._ack if batch == 1 else dao._ack_many
 
     def work(_: int) -> None:
