@@ -722,36 +722,10 @@ class _StoppedAt:
         self._gdb.wait(30)
 
 
-def _server_process(engine: sa.Engine, pid: int) -> None:
-    """Skip, saying why, where ``pid`` (a backend's) is not a PostgreSQL process on this
-    machine; fail where gdb, which steers it, is missing."""
-    try:
-        name = Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        name = ""
-    if name not in ("postgres", "postmaster"):
-        pytest.skip(f"the PostgreSQL server of {engine.url.host} is not on this machine "
-                    "(gdb stops one of its processes)")
-    if shutil.which("gdb") is None:
-        pytest.fail("gdb is needed to steer the server (apt-get install gdb)", pytrace=False)
-
-
-def test_a_claim_gives_way_to_an_offer_updating_what_it_meets(one_queue, engine):
-    # A claim, FOR UPDATE SKIP LOCKED, has locked b and meets a, which producer P is updating.
-    # P commits just then, as the claim checks whether P still runs: PostgreSQL then locks
-    # a's newer versions too, and waits for the transaction updating the newest, producer O,
-    # where SKIP LOCKED would have skipped a. O, in its caller's transaction, updated a and
-    # waits for b: a deadlock. PostgreSQL rolls back the one whose deadlock check runs first,
-    # a wait's deadlock_timeout after it began: O, which began to wait first. The window is
-    # microseconds wide; gdb holds the claim's server process in it. The claim, alone in a
-    # transaction of sqldelay's own, gives way after half its deadlock_timeout instead and
-    # is run again. Here the claim's deadlock check comes 4 s after its wait begins, O's 3 s
-    # after its own: without that, O's first; with it, the claim gives up at 2 s.
-    if engine.dialect.name != "postgresql":
-        pytest.skip("PostgreSQL's SKIP LOCKED; the other databases' claims have tests of "
-                    "their own locks")
-    queue, due = one_queue, datetime.now(UTC) - timedelta(hours=1)
-    queue.offer_many([Message("a", 0, due + timedelta(seconds=1)), Message("b", 0, due)])
+def _claimer(engine: sa.Engine, queue: DelayedQueue) -> tuple[DelayedQueue, int]:
+    """``queue`` on an engine of one connection, whose server process, returned, gdb will
+    stop; its deadlock check comes 4 s after a wait begins. Skips, saying why, where that
+    process is not on this machine; fails where gdb, which steers it, is missing."""
     claims = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
 
     @sa.event.listens_for(claims, "connect")
@@ -761,53 +735,129 @@ def test_a_claim_gives_way_to_an_offer_updating_what_it_meets(one_queue, engine)
         cursor.close()
         dbapi_connection.commit()  # the pool's rollback would undo it
 
-    claimer = DelayedQueue(claims, queue.name, table_name=queue.dao.table.name)
-    with claims.connect() as conn:  # the pool's one connection, which the claim will use
+    with claims.connect() as conn:  # the pool's one connection, which the claims will use
         pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
-    _server_process(engine, pid)
-    claimed: list = []
-    offered: list = []
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        name = ""
+    if name not in ("postgres", "postmaster"):
+        claims.dispose()
+        pytest.skip(f"the PostgreSQL server of {engine.url.host} is not on this machine "
+                    "(gdb stops one of its processes)")
+    if shutil.which("gdb") is None:
+        claims.dispose()
+        pytest.fail("gdb is needed to steer the server (apt-get install gdb)", pytrace=False)
+    return DelayedQueue(claims, queue.name, table_name=queue.dao.table.name), pid
 
-    def claim() -> None:
+
+def _in_background(call, *args) -> tuple[threading.Thread, list]:
+    """``call(*args)`` started in a thread, and the list that gets what it returned or
+    raised."""
+    out: list = []
+
+    def run() -> None:
         try:
-            claimed.append(claimer.poll_many(10))
+            out.append(call(*args))
         except BaseException as exc:
-            claimed.append(exc)
+            out.append(exc)
 
-    def offer(o: sa.Connection) -> None:
-        try:
-            offered.append(queue.offer_many([Message("a", 2, due), Message("b", 2, due)],
-                                            connection=o))
-            o.commit()
-        except BaseException as exc:
-            offered.append(exc)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
 
+
+def _waiting_for_a_lock(engine: sa.Engine, pid: int) -> None:
+    """Return once the server process ``pid`` waits for a lock."""
+    def waits() -> bool:  # read anew each time: a transaction sees its first reading
+        with engine.connect() as watch:
+            return watch.execute(sa.text(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"),
+                {"pid": pid}).scalar() == "Lock"
+
+    wait_for(waits, 30, f"process {pid} to wait for a lock")
+
+
+def _offer_in(o: sa.Connection, queue: DelayedQueue, batch: list[Message]) -> list:
+    outcomes = queue.offer_many(batch, connection=o)
+    o.commit()
+    return outcomes
+
+
+def test_a_claim_gives_way_to_an_offer_updating_what_it_meets(one_queue, engine):
+    # A claim, FOR UPDATE SKIP LOCKED, has locked b and meets a, which producer P is updating.
+    # P commits just then, as the claim checks whether P still runs: PostgreSQL then locks
+    # a's newer versions too, and waits for the transaction updating the newest, producer O,
+    # where SKIP LOCKED would have skipped a. O, in its caller's transaction, updated a and
+    # waits for b: a deadlock. PostgreSQL rolls back the one whose deadlock check runs first,
+    # a wait's deadlock_timeout after it began: O, which began to wait first. The window is
+    # microseconds wide; gdb holds the claim's server process in it. The claim, in a
+    # transaction of sqldelay's own, gives way after half its deadlock_timeout instead and
+    # is run again. Here the claim's deadlock check comes 4 s after its wait begins, O's 3 s
+    # after its own: without that, O's first; with it, the claim gives up at 2 s.
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's SKIP LOCKED; the other databases' claims have tests of "
+                    "their own locks")
+    queue, due = one_queue, datetime.now(UTC) - timedelta(hours=1)
+    queue.offer_many([Message("a", 0, due + timedelta(seconds=1)), Message("b", 0, due)])
+    claimer, pid = _claimer(engine, queue)
     stopped = _StoppedAt(pid, "ConditionalXactLockTableWait")
-    claiming = threading.Thread(target=claim)
     try:
         with engine.connect() as p, engine.connect() as o:
             queue.offer_many([Message("a", 1, due)], connection=p)  # P updates a
-            claiming.start()
+            claiming, claimed = _in_background(claimer.poll_many, 10)
             stopped.wait_stopped()  # the claim holds b, and asks whether P still runs
             p.commit()
             o.exec_driver_sql("SET LOCAL deadlock_timeout = '3s'")
             opid = o.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
-            offering = threading.Thread(target=offer, args=(o,))
-            offering.start()
-
-            def o_waits() -> bool:  # read anew: a transaction sees its first reading
-                with engine.connect() as watch:
-                    return watch.execute(sa.text(
-                        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"),
-                        {"pid": opid}).scalar() == "Lock"
-
-            wait_for(o_waits, 30, "O to wait for b")
+            offering, offered = _in_background(
+                _offer_in, o, queue, [Message("a", 2, due), Message("b", 2, due)])
+            _waiting_for_a_lock(engine, opid)  # O, for b
             stopped.release()
             offering.join(60)
             claiming.join(60)
     finally:
         stopped.release()
-        claims.dispose()
+        claimer.engine.dispose()
     assert offered == [[OfferOutcome.UPDATED, OfferOutcome.UPDATED]], offered
     assert isinstance(claimed[0], list), claimed
     assert [queue.get(k).payload for k in "ab"] == [2, 2]
+
+
+def test_a_grouped_claim_gives_way_to_an_offer_of_a_head_it_waits_for(one_queue, engine):
+    # A grouped claim locks the first message of each group it won, and waits where another
+    # transaction holds one. The caller's transaction O updates a, the head of group g2, and
+    # makes a second offer, of b, the head of g1, in key order as the README advises. The
+    # claim locked b, then waits for a: O waits for b, and the claim for O. gdb stops the
+    # claim's server process as it is about to wait, so that O waits first and its deadlock
+    # check (3 s) comes before the claim's (4 s): without the bound, O is rolled back. The
+    # claim's transaction, its walk having bounded its lock waits to half its deadlock
+    # timeout, gives up at 2 s and is run again.
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's grouped claim; the other databases' claims have tests of "
+                    "their own locks")
+    queue, due = one_queue, datetime.now(UTC) - timedelta(hours=1)
+    later = due + timedelta(seconds=1)
+    queue.offer_many([Message("a", 0, later, group="g2"), Message("b", 0, due, group="g1")])
+    claimer, pid = _claimer(engine, queue)
+    stopped = _StoppedAt(pid, "XactLockTableWait")
+    try:
+        with engine.connect() as o:
+            o.exec_driver_sql("SET LOCAL deadlock_timeout = '3s'")
+            opid = o.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            first = queue.offer_many([Message("a", 1, later, group="g2")], connection=o)
+            claiming, claimed = _in_background(claimer.poll_many, 10)
+            stopped.wait_stopped()  # the claim holds b, and is about to wait for a
+            offering, offered = _in_background(
+                _offer_in, o, queue, [Message("b", 1, due, group="g1")])
+            _waiting_for_a_lock(engine, opid)  # O, for b
+            stopped.release()
+            offering.join(60)
+            claiming.join(60)
+    finally:
+        stopped.release()
+        claimer.engine.dispose()
+    assert first == [OfferOutcome.UPDATED]
+    assert offered == [[OfferOutcome.UPDATED]], offered
+    assert isinstance(claimed[0], list), claimed
+    assert [queue.get(k).payload for k in "ab"] == [1, 1]

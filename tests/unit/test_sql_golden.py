@@ -85,9 +85,9 @@ def emitted(name: str) -> list[tuple[str, str]]:
         record("insert first with events",
                lambda c: dao.insert_new(c, KIND, ROWS[:1], 1, "shop", events), alone=True)
     record("claim", lambda c: dao.claim(c, KIND, 100, 10, "L", 400), [[CLAIMED]])
-    if name == "postgresql":  # alone in autocommit, its lock waits bounded (gives_way)
+    if name == "postgresql":  # in sqldelay's transaction, its lock waits bounded (gives_way)
         record("claim giving way", lambda c: dao.claim(c, KIND, 100, 10, "L", 400),
-               [[CLAIMED]], alone=True)
+               [[CLAIMED]], retried=True)
     # the ack of two finished batches riding on the next claim (one statement where
     # acks_in_claim, else the acks first)
     record("claim acking", lambda c: dao.claim_acking(c, KIND, 100, 10, "L", 400, ("guard",),

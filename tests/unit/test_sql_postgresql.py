@@ -4,7 +4,8 @@ psycopg rewrites a statement's ``%(name)s`` placeholders into ``$n`` on every ca
 the result only for texts of up to ``MAX_CACHED_STATEMENT_LENGTH`` bytes: a longer claim pays
 the conversion (70 µs for the grouped claim's walk) on each call. The grouped claim's two
 statements fit whatever the queue table is called (sqldelay takes names of up to 40
-characters), the plain claim up to 38; the rate-limited claim, 8 kB, does not fit.
+characters), the plain claim up to 35 (38 in a caller's transaction, where it does not bound
+its lock waits); the rate-limited claim, 8 kB, does not fit.
 """
 
 from __future__ import annotations
@@ -41,11 +42,15 @@ def test_the_grouped_claims_statements_fit_the_drivers_cache(name):
         assert length <= MAX_CACHED_STATEMENT_LENGTH, (label, length)
 
 
-def plain(dao: PostgresQueueDao) -> dict[str, sa.Executable]:
-    return {"plain claim": dao._claim_statement(("guard",)),
-            "plain claim naming its holder": dao._claim_statement(("guard",), True)}
+def plain(dao: PostgresQueueDao, own: bool) -> dict[str, sa.Executable]:
+    """The plain claims in sqldelay's own transaction (``own``: their lock waits bounded) or
+    in a caller's."""
+    return {f"plain claim{' naming its holder' * by}":
+            dao._claim_statement(("guard",), by, gives_way=own) for by in (False, True)}
 
 
-def test_the_plain_claim_fits_the_drivers_cache_up_to_38_characters():
-    for label, length in lengths("q" * 38, plain).items():
+@pytest.mark.parametrize(("own", "longest"), [(True, 35), (False, 38)],
+                         ids=["sqldelay's transaction", "the caller's"])
+def test_the_plain_claim_fits_the_drivers_cache_up_to_a_length_of_name(own, longest):
+    for label, length in lengths("q" * longest, lambda dao: plain(dao, own)).items():
         assert length <= MAX_CACHED_STATEMENT_LENGTH, (label, length)

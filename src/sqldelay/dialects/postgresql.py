@@ -42,7 +42,7 @@ from .base import (
     QueueDao,
     in_claim_order,
 )
-from .common import AUTOCOMMIT, AnySelect, chunked
+from .common import AUTOCOMMIT, RETRIED, AnySelect, chunked
 from .flow import group_order, loose_wanted, walk_length
 
 log = logging.getLogger("sqldelay")
@@ -88,14 +88,14 @@ _OVERDRAWN = "22012"
 # a zero written into the statements (a bound one is a parameter on every call)
 _ZERO: sa.ColumnClause[int] = sa.literal_column("0")
 
-# The claim's lock wait, set by the claim itself before it locks a message, to the end of its
-# transaction (in autocommit, the statement): half the deadlock timeout, or the session's
-# lock_timeout where that is shorter (``_claim_statement``: ``gives_way``). Always true.
-_GIVING_WAY: sa.ColumnElement[bool] = sa.literal_column(
-    "(SELECT set_config('lock_timeout', greatest(1, extract(epoch FROM CASE WHEN l > "
-    "interval '0' AND l < d / 2 THEN l ELSE d / 2 END) * 1000)::bigint::text, true) "
-    "FROM (SELECT current_setting('lock_timeout')::interval AS l, "
-    "current_setting('deadlock_timeout')::interval AS d) AS timeouts)").is_not(None)
+# A claim's lock wait, set by the claim itself before it locks a message, to the end of its
+# transaction (in autocommit, the statement): half the deadlock timeout, in milliseconds
+# (``_claim_statement``: ``gives_way``; the grouped claim's walk, ``_win_groups``). Written
+# tight: each byte is one more in every claim, and psycopg caches the statements of up to
+# 4,096 (tests/unit/test_sql_postgresql.py).
+_BOUNDED_WAIT: sa.ColumnElement[str] = sa.literal_column(
+    "(SELECT set_config('lock_timeout',(extract(epoch FROM current_setting("
+    "'deadlock_timeout')::interval)*500)::int::text,true))", sa.Text)
 
 
 def _constant(text: str) -> sa.ColumnElement[str]:
@@ -269,9 +269,9 @@ class PostgresQueueDao(QueueDao):
         and the claim see the same snapshot, and a message whose lock expired could be both
         deleted and claimed.
 
-        ``gives_way`` (the statement alone in a transaction of sqldelay's own, in autocommit,
-        which the engine layer runs again): once the acks are deleted, the statement waits
-        for a row lock at most half the deadlock timeout (``_GIVING_WAY``).
+        ``gives_way`` (a transaction of sqldelay's own, which the engine layer runs again):
+        once the acks are deleted, the claim waits for a row lock at most half the deadlock
+        timeout, to the end of its transaction (``_BOUNDED_WAIT``).
         SKIP LOCKED does not skip everything. Where the row it meets was being updated by a
         transaction that commits just then, PostgreSQL locks the row's newer versions too,
         and waits for the transaction updating the newest. An offer updating that message
@@ -280,10 +280,10 @@ class PostgresQueueDao(QueueDao):
         that began to wait first, the offer, which in its caller's transaction nothing runs
         again (steered, test_a_claim_gives_way_to_an_offer_updating_what_it_meets: the
         offer rolled back, 40P01). Waiting less than that, the claim gives up first, is
-        run again, and the offer goes on. Only the claim's row locks are bounded: the
-        table's lock is taken before the statement runs. A claim of several statements
-        (flow control beyond a rate limit) waits as before: the setting would hold for the
-        statements after it."""
+        run again, and the offer goes on. The table's lock is taken before the statement
+        runs, and is not bounded. What a claim of several statements sends after it
+        (flow control beyond a rate limit: the charge of the bucket) is bounded too: it is
+        the claim's, run again with it."""
         if (where, by, acking, gives_way) not in self._claims:
             t, s = self.table, self.settings
             kind: sa.BindParameter[str] = sa.bindparam("b_kind")
@@ -311,12 +311,14 @@ class PostgresQueueDao(QueueDao):
             # producers of shuffled batches and two workers: 10 to 20 in 10 s)
             acks_first = [] if acked is None else [
                 sa.select(sa.func.count()).select_from(acked).scalar_subquery() >= _ZERO]
+            # set once the acks are deleted, before the pick locks anything (a gate: tested
+            # once, before either read)
+            bounded = [_BOUNDED_WAIT.is_not(None)] if gives_way else []
             picked = (
                 self.due_in_claim_order(
                     sa.select(t.c.id, t.c.scheduled_at, t.c.lock_uuid, t.c.claimed_by,
                               t.c.priority).where(*self.due_conditions(each)),
-                    limit, gate=[*acks_first, *([_GIVING_WAY] if gives_way else []),
-                                 *self.due_conditions(gate), *funded],
+                    limit, gate=[*acks_first, *bounded, *self.due_conditions(gate), *funded],
                     skip_locked=True)
                 .cte("picked")
                 .prefix_with("MATERIALIZED")
@@ -449,7 +451,7 @@ class PostgresQueueDao(QueueDao):
         if acks:
             values["ack_ids"] = [i for _, ids in acks for i in ids]
             values["ack_locks"] = [held for held, ids in acks for _ in ids]
-        shape = (tuple(where), actor is not None, bool(acks), bool(conn.info.get(AUTOCOMMIT)))
+        shape = (tuple(where), actor is not None, bool(acks), bool(conn.info.get(RETRIED)))
         stmt: sa.Executable = self._claim_statement(*shape)
         if events is not None:
             stmt = self._recorded_claim(*shape, events)
@@ -814,10 +816,11 @@ class PostgresQueueDao(QueueDao):
     @functools.cached_property
     def _win_groups(self) -> dict[tuple[bool, bool], AnySelect]:
         """The grouped claim's first statement, by whether it is gated and whether it runs
-        in the claim's own transaction (where it sets the planner settings too, returned
-        last): one row of the names of the groups it locked (JSON text, passed on as it is
-        to the heads' claim's ``group_names``), how many, how many messages it walked,
-        whether one of them was ungrouped, and the transaction's isolation level.
+        in the claim's own transaction (where it sets the planner settings too, and the
+        claim's lock wait, returned last): one row of the names of the groups it locked
+        (JSON text, passed on as it is to the heads' claim's ``group_names``), how many, how
+        many messages it walked, whether one of them was ungrouped, and the transaction's
+        isolation level.
         Parameters: b_kind, b_now, limit, walk (how many messages to walk) and space (the
         advisory locks' prefix of names: the queue table and the queue)."""
         t, s = self.table.alias("q"), self.settings.alias("s")
@@ -854,7 +857,10 @@ class PostgresQueueDao(QueueDao):
                 sa.select(walk.c.pos).where(walk.c.group_key.is_(None)).exists(),
                 sa.func.current_setting(_constant("transaction_isolation")))
             out[gated, False] = row
-            out[gated, True] = row.add_columns(*self._setting(_WALK_SETTINGS, constant=True))
+            # the heads' claim that follows waits for the rows of the groups won, and for as
+            # long as a claim alone does (``_claim_statement``: gives_way)
+            out[gated, True] = row.add_columns(*self._setting(_WALK_SETTINGS, constant=True),
+                                               _BOUNDED_WAIT)
         return out
 
     # A list of group names in one condition (group_key IN (…)) was planned, on a table
