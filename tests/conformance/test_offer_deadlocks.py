@@ -7,12 +7,14 @@ in transactions of their own (``connection=`` is never retried) and count the de
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -751,6 +753,22 @@ def _claimer(engine: sa.Engine, queue: DelayedQueue) -> tuple[DelayedQueue, int]
     return DelayedQueue(claims, queue.name, table_name=queue.dao.table.name), pid
 
 
+@contextlib.contextmanager
+def _claimer_stopped_at(engine: sa.Engine, queue: DelayedQueue,
+                        function: str) -> Iterator[tuple[DelayedQueue, _StoppedAt]]:
+    """``_claimer``'s queue, and gdb armed to stop its server process at ``function``;
+    released, and the engine closed, at the end."""
+    claimer, pid = _claimer(engine, queue)
+    try:
+        stopped = _StoppedAt(pid, function)
+        try:
+            yield claimer, stopped
+        finally:
+            stopped.release()
+    finally:
+        claimer.engine.dispose()
+
+
 def _in_background(call, *args) -> tuple[threading.Thread, list]:
     """``call(*args)`` started in a thread, and the list that gets what it returned or
     raised."""
@@ -800,25 +818,20 @@ def test_a_claim_gives_way_to_an_offer_updating_what_it_meets(one_queue, engine)
                     "their own locks")
     queue, due = one_queue, datetime.now(UTC) - timedelta(hours=1)
     queue.offer_many([Message("a", 0, due + timedelta(seconds=1)), Message("b", 0, due)])
-    claimer, pid = _claimer(engine, queue)
-    stopped = _StoppedAt(pid, "ConditionalXactLockTableWait")
-    try:
-        with engine.connect() as p, engine.connect() as o:
-            queue.offer_many([Message("a", 1, due)], connection=p)  # P updates a
-            claiming, claimed = _in_background(claimer.poll_many, 10)
-            stopped.wait_stopped()  # the claim holds b, and asks whether P still runs
-            p.commit()
-            o.exec_driver_sql("SET LOCAL deadlock_timeout = '3s'")
-            opid = o.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
-            offering, offered = _in_background(
-                _offer_in, o, queue, [Message("a", 2, due), Message("b", 2, due)])
-            _waiting_for_a_lock(engine, opid)  # O, for b
-            stopped.release()
-            offering.join(60)
-            claiming.join(60)
-    finally:
+    with (_claimer_stopped_at(engine, queue, "ConditionalXactLockTableWait")
+          as (claimer, stopped), engine.connect() as p, engine.connect() as o):
+        queue.offer_many([Message("a", 1, due)], connection=p)  # P updates a
+        claiming, claimed = _in_background(claimer.poll_many, 10)
+        stopped.wait_stopped()  # the claim holds b, and asks whether P still runs
+        p.commit()
+        o.exec_driver_sql("SET LOCAL deadlock_timeout = '3s'")
+        opid = o.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        offering, offered = _in_background(
+            _offer_in, o, queue, [Message("a", 2, due), Message("b", 2, due)])
+        _waiting_for_a_lock(engine, opid)  # O, for b
         stopped.release()
-        claimer.engine.dispose()
+        offering.join(60)
+        claiming.join(60)
     assert offered == [[OfferOutcome.UPDATED, OfferOutcome.UPDATED]], offered
     assert isinstance(claimed[0], list), claimed
     assert [queue.get(k).payload for k in "ab"] == [2, 2]
@@ -839,24 +852,19 @@ def test_a_grouped_claim_gives_way_to_an_offer_of_a_head_it_waits_for(one_queue,
     queue, due = one_queue, datetime.now(UTC) - timedelta(hours=1)
     later = due + timedelta(seconds=1)
     queue.offer_many([Message("a", 0, later, group="g2"), Message("b", 0, due, group="g1")])
-    claimer, pid = _claimer(engine, queue)
-    stopped = _StoppedAt(pid, "XactLockTableWait")
-    try:
-        with engine.connect() as o:
-            o.exec_driver_sql("SET LOCAL deadlock_timeout = '3s'")
-            opid = o.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
-            first = queue.offer_many([Message("a", 1, later, group="g2")], connection=o)
-            claiming, claimed = _in_background(claimer.poll_many, 10)
-            stopped.wait_stopped()  # the claim holds b, and is about to wait for a
-            offering, offered = _in_background(
-                _offer_in, o, queue, [Message("b", 1, due, group="g1")])
-            _waiting_for_a_lock(engine, opid)  # O, for b
-            stopped.release()
-            offering.join(60)
-            claiming.join(60)
-    finally:
+    with (_claimer_stopped_at(engine, queue, "XactLockTableWait") as (claimer, stopped),
+          engine.connect() as o):
+        o.exec_driver_sql("SET LOCAL deadlock_timeout = '3s'")
+        opid = o.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        first = queue.offer_many([Message("a", 1, later, group="g2")], connection=o)
+        claiming, claimed = _in_background(claimer.poll_many, 10)
+        stopped.wait_stopped()  # the claim holds b, and is about to wait for a
+        offering, offered = _in_background(
+            _offer_in, o, queue, [Message("b", 1, due, group="g1")])
+        _waiting_for_a_lock(engine, opid)  # O, for b
         stopped.release()
-        claimer.engine.dispose()
+        offering.join(60)
+        claiming.join(60)
     assert first == [OfferOutcome.UPDATED]
     assert offered == [[OfferOutcome.UPDATED]], offered
     assert isinstance(claimed[0], list), claimed
