@@ -188,25 +188,19 @@ def test_mysql_and_mariadb_dialect_names_send_the_same_statements():
     # the DDL differs (the no-pad binary collation has a different name on each server),
     # deletions by key that say which keys went (MariaDB has DELETE ... RETURNING, MySQL
     # does not; an ack by id reads its rows through the primary key first on both), and the
-    # read of group heads (MariaDB finds the heads' ids in a derived table, then
-    # locks them by primary key), and the acks of sqldelay's own transactions, which fail at
-    # once where they would wait for a lock (MariaDB sets the DELETE's lock wait to none; a
-    # MySQL server cannot, and locks the messages' keys first with a read that does not wait)
-    def heads(sql: str) -> bool:
-        return "(SELECT (SELECT delayed_queue.id" in sql
-
+    # acks of sqldelay's own transactions, which fail at once where they would wait for a lock
+    # (MariaDB sets the DELETE's lock wait to none; a MySQL server cannot, and locks the
+    # messages' keys first with a read that does not wait). Both read the group heads' ids
+    # in a derived table, then lock them by primary key in id order.
     def dml(name):
         return [sql for label, sql in emitted(name)
                 if not label.startswith(("ddl", "drop which", "ack retried",
-                                         "ack_many retried"))
-                and not heads(sql)]
+                                         "ack_many retried"))]
 
     assert dml("mysql") == dml("mariadb")
-    [one] = [sql for _, sql in emitted("mariadb") if heads(sql)]
-    assert " AS heads INNER JOIN delayed_queue FORCE INDEX (PRIMARY)" in one
-    assert one.endswith("FOR UPDATE")
-    [portable] = [sql for _, sql in emitted("mysql") if heads(sql)]
-    assert "delayed_queue.id IN (SELECT (SELECT" in portable
+    [heads] = [sql for sql in dml("mysql") if "(SELECT (SELECT delayed_queue.id" in sql]
+    assert " AS heads INNER JOIN delayed_queue FORCE INDEX (PRIMARY)" in heads
+    assert heads.endswith(" ORDER BY heads.id FOR UPDATE")
     unwaiting = [sql for label, sql in emitted("mariadb") if " retried " in f"{label} "]
     assert len(unwaiting) == 2 and all(sql.startswith(
         "SET STATEMENT innodb_lock_wait_timeout=0 FOR DELETE ") for sql in unwaiting)

@@ -429,18 +429,16 @@ class MySQLQueueDao(QueueDao):
 
     def heads_plan(self, dialect: sa.Dialect, pkind: str, groups: Sequence[str], now_ms: int,
                    limit: int) -> tuple[sa.Executable, dict[str, Any]]:
-        # On a MariaDB server (whatever the URL calls it), ``_heads_by_id``. The portable form
-        # (the heads' ids from an IN subquery over the groups' rows) was planned on tables
-        # without statistics as a read of the whole queue, whose every row InnoDB keeps
-        # locked to the end of the claim: head reads and acks waited on each other (1.0 to
-        # 1.4 s a head read on average in drains by four consumers). One locking read per
-        # group joined by UNION ALL, the form before this one, took 8 ms for 100 groups in a
-        # drain by one consumer (a statement of a hundred parts, parsed each time); this one
-        # 2.5 ms. MySQL keeps the portable form (the grouped claims' tests pass on MySQL 9.7;
-        # neither form was timed there).
-        assert isinstance(dialect, mysql.base.MySQLDialect)
-        if not dialect.is_mariadb:
-            return super().heads_plan(dialect, pkind, groups, now_ms, limit)
+        # ``_heads_by_id``, on MySQL and MariaDB. The portable form (the heads' ids from an
+        # IN subquery over the groups' rows) was planned by MariaDB, on tables without
+        # statistics, as a read of the whole queue, whose every row InnoDB keeps locked to
+        # the end of the claim: head reads and acks waited on each other (1.0 to 1.4 s a head
+        # read on average in drains by four consumers). One locking read per group joined by
+        # UNION ALL, the form before this one, took 8 ms for 100 groups in a drain by one
+        # consumer (a statement of a hundred parts, parsed each time); this one 2.5 ms. MySQL
+        # 9.7 locked the portable form's rows in the groups' order, as the subquery's
+        # materialized rows came, and so deadlocked with offers as MariaDB did before the
+        # heads were sorted (below).
         return self._heads_by_id, {"b_kind": pkind, "b_now": now_ms, "names": list(groups),
                                    "count": len(groups)}
 
@@ -462,11 +460,15 @@ class MySQLQueueDao(QueueDao):
                .limit(sa.bindparam("count", type_=sa.Integer)).subquery("heads"))
         # STRAIGHT_JOIN keeps the join in that order: on a table whose statistics say it is
         # near empty, MariaDB read the queue first, all of it (FORCE INDEX cannot help a
-        # table read first), each row locked (no dialect filter: "mariadb" would drop it)
+        # table read first), each row locked (no dialect filter: "mariadb" would drop it).
+        # The heads are sorted by id before the join (a filesort of the derived table alone,
+        # in both servers' plans), so the rows are locked in id order, the order in which
+        # offers and acks lock them: in the groups' order, a claim that locked one head and
+        # waited for another held what a caller's offer of both was waiting for
         return (sa.select(*self._claim_columns).prefix_with("STRAIGHT_JOIN").select_from(ids)
                 .join(t, t.c.id == ids.c.id).with_hint(t, "FORCE INDEX (PRIMARY)")
                 .where(t.c.group_key == ids.c.group_key, t.c.scheduled_at <= now)
-                .with_for_update())
+                .order_by(ids.c.id).with_for_update())
 
     def probe(self, stmt: AnySelect, index: str | None = None) -> AnySelect:
         # On a table whose statistics were taken empty, MariaDB probed the queue for a
