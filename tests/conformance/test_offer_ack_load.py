@@ -1,6 +1,7 @@
 """Offers and acks of the same keys at once, under load, on every target: four producers offer
 overlapping, shuffled batches of 50 of 200 keys (two in their own transactions through
-``connection=``, two in sqldelay's) while two workers claim and ack, for a bounded time.
+``connection=``, two in sqldelay's) while two workers claim and ack, for a bounded time; with
+the messages in no group, or in 20 groups (grouped claims, and acks that free the groups).
 
 What is checked comes from the producers' and handlers' own records: no offer failed, every
 offer was answered (created or updated: each payload is new), each key's last offer was
@@ -67,7 +68,9 @@ def retries():
 
 
 @pytest.mark.slow
-def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target, retries):
+@pytest.mark.parametrize("grouped", [False, True], ids=["ungrouped", "groups"])
+def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target, retries,
+                                                        grouped):
     # Deadlocks that remain (10 s a target, shared 2-core machine, MariaDB 10.11):
     # - MariaDB, 0 to 8 retried and 0 to 2 reaching callers a run (200 to 250 and 140 to
     #   180 before acks of several claim batches locked their rows in id order,
@@ -89,6 +92,17 @@ def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target
     #   holds. So a few retries are allowed here (the code before the fixes above had 11
     #   to 27), and none reaching a caller: the claim gives way (a lock wait bounded below
     #   the deadlock check, ``PostgresQueueDao._claim_statement``).
+    # With groups:
+    # - MariaDB, 91 to 108 retried and 5 to 7 reaching callers a run, before the heads of a
+    #   grouped claim were locked in id order, acks that free groups ran at READ
+    #   COMMITTED, empty groups were found by a plain read before their rows were dropped,
+    #   and a settings row was made with an exclusive lock; 0 to 1 of each since (the
+    #   offers and acks above). Up to 20 retries are allowed: 97 of the 113 deadlocks
+    #   logged in one run before had a drop in them.
+    # - PostgreSQL, none reaching callers, but 21 to 27 claims a run that gave way to an
+    #   offer holding the head of a group they had won, and ran again (allowed here, not
+    #   the 4 above), and a tenth of the offers made without groups (140 to 199): the claim
+    #   locks the heads in its groups' order, offers in key order.
     queue = make_queue(clock=SystemClock())
     dao = queue.dao
     lock = threading.Lock()
@@ -120,7 +134,8 @@ def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target
         try:
             while time.monotonic() < stop:
                 seq += 1
-                batch = [Message(k, f"{n}-{seq}-{k}") for k in rng.sample(KEYS, BATCH)]
+                batch = [Message(k, f"{n}-{seq}-{k}", group=f"g{int(k[1:]) % 20}" if grouped
+                                 else None) for k in rng.sample(KEYS, BATCH)]
                 began = time.monotonic()
                 outcomes = (offer_in_own_transaction(batch, n) if n % 2
                             else queue.offer_many(batch))
@@ -167,7 +182,9 @@ def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target
     assert failed == []
     if target.database == "postgresql":
         assert sum(caller_deadlocks.values()) == 0
-        assert sum(retries.seen.values()) <= 4
+        assert grouped or sum(retries.seen.values()) <= 4
+    elif target.database in ("mysql", "mariadb") and grouped:
+        assert sum(retries.seen.values()) <= 20
     assert not any(t.is_alive() for t in consuming)
     # every offer answered, each message created or updated (its payload is new)
     assert all(len(outcomes) == BATCH and set(outcomes) <= {OfferOutcome.CREATED,

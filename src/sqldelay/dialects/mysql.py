@@ -379,14 +379,19 @@ class MySQLQueueDao(QueueDao):
                       rows: list[dict[str, Any]]) -> None:
         # The portable read-then-insert loops for ever in a caller's transaction at
         # REPEATABLE READ: the read after a duplicate-key error sees the transaction's first
-        # snapshot, without the row another one committed meanwhile. INSERT IGNORE skips
-        # existing keys instead (no prefix_with dialect filter: the "mariadb" dialect name
-        # would drop it). Only what a plain read does not find goes in: INSERT IGNORE takes
-        # a shared lock on each key it finds, and given every group of a claim it waited
-        # behind the concurrent claims holding any of them (10 ms an insert with four
-        # consumers, nine inserts a claim)
+        # snapshot, without the row another one committed meanwhile. An insert that leaves
+        # the existing keys as they are does not fail. Only what a plain read does not find
+        # goes in: such an insert locks each key it finds, and given every group of a claim
+        # it waited behind the concurrent claims holding any of them (10 ms an insert with
+        # four consumers, nine inserts a claim). It locks them exclusively, as the UPDATE
+        # that follows it (``write_settings``) will: INSERT IGNORE's shared lock, taken by
+        # three producers flagging a new queue's groups at once behind the first one's
+        # insert, was one that two of them then both wanted to raise, a deadlock (MariaDB
+        # 10.11, the offer and ack load test with groups: one or two a run, reaching
+        # callers' transactions)
         if missing := self.absent_rows(conn, table, pkind, rows):
-            conn.execute(sa.insert(table).prefix_with("IGNORE"), missing)
+            conn.execute(mysql.insert(table).on_duplicate_key_update(pkind=table.c.pkind),
+                         missing)
 
     def pick_due(self, conn: sa.Connection, pkind: str, now_ms: int, limit: int,
                  where: Sequence[str]) -> Sequence[Sequence[Any]]:
@@ -469,6 +474,31 @@ class MySQLQueueDao(QueueDao):
                 .join(t, t.c.id == ids.c.id).with_hint(t, "FORCE INDEX (PRIMARY)")
                 .where(t.c.group_key == ids.c.group_key, t.c.scheduled_at <= now)
                 .order_by(ids.c.id).with_for_update())
+
+    def drop_groups(self, conn: sa.Connection, pkind: str, groups: Sequence[str]) -> None:
+        # The portable drop (a DELETE of the groups whose messages a NOT EXISTS finds none)
+        # reads the group index with shared locks, at READ COMMITTED too: InnoDB locks what
+        # a DML statement's subquery reads. An offer updating a message of such a group
+        # waits for that entry, and the drop for the entry of a message the offer updated:
+        # in the offer and ack load test with groups (MariaDB 10.11, 10 s), most of the
+        # deadlocks logged were a drop's against an offer's insert (83 of 113). Here the
+        # empty groups are found by a plain read, which locks nothing, and only those still
+        # free are deleted. A group given a message in between loses its row, which is no
+        # loss: the first claim that meets the group makes it again (``win_groups``).
+        for part in chunked(sorted(set(groups)), self.in_list_max):
+            values = {"b_kind": pkind, "names": part}
+            if empty := conn.execute(self._empty_groups["read"], values).scalars().all():
+                conn.execute(self._empty_groups["drop"], {"b_kind": pkind, "names": empty})
+
+    @functools.cached_property
+    def _empty_groups(self) -> dict[str, sa.Executable]:
+        """``drop_groups``' statements on the groups listed by ``names`` (and b_kind): "read"
+        the names of those with no message, "drop" the free ones."""
+        g = self.groups
+        mine = (g.c.pkind == sa.bindparam("b_kind"),
+                g.c.group_key.in_(sa.bindparam("names", expanding=True)))
+        return {"read": sa.select(g.c.group_key).where(*mine, ~self._group_has_messages),
+                "drop": sa.delete(g).where(*mine, g.c.claimed_until.is_(None))}
 
     def probe(self, stmt: AnySelect, index: str | None = None) -> AnySelect:
         # On a table whose statistics were taken empty, MariaDB probed the queue for a

@@ -125,7 +125,7 @@ SELECT delayed_queue.group_key, CASE WHEN (EXISTS (SELECT 1 FROM delayed_queue_g
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :pkind_1 AND delayed_queue_groups.group_key IN (:group_key_1_1);
 
 -- controlled claim 6
-INSERT IGNORE INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key);
+INSERT INTO delayed_queue_groups (pkind, group_key) VALUES (:pkind, :group_key) ON DUPLICATE KEY UPDATE pkind = delayed_queue_groups.pkind;
 
 -- controlled claim 7
 SELECT delayed_queue_groups.group_key FROM delayed_queue_groups WHERE delayed_queue_groups.pkind = :b_kind AND delayed_queue_groups.group_key IN (:names_1) AND (delayed_queue_groups.claimed_until IS NULL OR delayed_queue_groups.claimed_until <= :b_now) ORDER BY delayed_queue_groups.group_key FOR UPDATE SKIP LOCKED;
@@ -188,7 +188,7 @@ UPDATE delayed_queue_groups SET claimed_until=:claimed_until WHERE delayed_queue
 SELECT delayed_queue_settings.pkind FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- settings 1
-INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
+INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind) ON DUPLICATE KEY UPDATE pkind = delayed_queue_settings.pkind;
 
 -- settings 2
 UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pkind = :pkind_1;
@@ -197,7 +197,7 @@ UPDATE delayed_queue_settings SET paused=:paused WHERE delayed_queue_settings.pk
 SELECT delayed_queue_settings.pkind FROM delayed_queue_settings WHERE delayed_queue_settings.pkind = :pkind_1;
 
 -- rate limit 1
-INSERT IGNORE INTO delayed_queue_settings (pkind) VALUES (:pkind);
+INSERT INTO delayed_queue_settings (pkind) VALUES (:pkind) ON DUPLICATE KEY UPDATE pkind = delayed_queue_settings.pkind;
 
 -- rate limit 2
 UPDATE delayed_queue_settings SET rate_limit=:rate_limit, rate_period_ms=:rate_period_ms, tokens_milli=:tokens_milli, refilled_at=:refilled_at WHERE delayed_queue_settings.pkind = :pkind_1 AND (delayed_queue_settings.rate_limit IS NULL OR delayed_queue_settings.rate_limit != :rate_limit_1 OR delayed_queue_settings.rate_period_ms IS NULL OR delayed_queue_settings.rate_period_ms != :rate_period_ms_1);
