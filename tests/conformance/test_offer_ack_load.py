@@ -100,9 +100,9 @@ def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target
     #   offers and acks above). Up to 20 retries are allowed: 97 of the 113 deadlocks
     #   logged in one run before had a drop in them.
     # - PostgreSQL, none reaching callers, but 21 to 27 claims a run that gave way to an
-    #   offer holding the head of a group they had won, and ran again (allowed here, not
-    #   the 4 above), and a tenth of the offers made without groups (140 to 199): the claim
-    #   locks the heads in its groups' order, offers in key order.
+    #   offer holding the first message of a group they had won, and ran again, and a tenth
+    #   of the offers made without groups (140 to 199), before grouped claims passed over
+    #   the heads others hold; none, and 1,533 to 2,262 offers, since.
     queue = make_queue(clock=SystemClock())
     dao = queue.dao
     lock = threading.Lock()
@@ -182,7 +182,7 @@ def test_offers_and_acks_of_the_same_keys_lose_nothing(make_queue, front, target
     assert failed == []
     if target.database == "postgresql":
         assert sum(caller_deadlocks.values()) == 0
-        assert grouped or sum(retries.seen.values()) <= 4
+        assert sum(retries.seen.values()) <= 4
     elif target.database in ("mysql", "mariadb") and grouped:
         assert sum(retries.seen.values()) <= 20
     assert not any(t.is_alive() for t in consuming)

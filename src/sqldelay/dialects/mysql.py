@@ -440,10 +440,7 @@ class MySQLQueueDao(QueueDao):
         # the end of the claim: head reads and acks waited on each other (1.0 to 1.4 s a head
         # read on average in drains by four consumers). One locking read per group joined by
         # UNION ALL, the form before this one, took 8 ms for 100 groups in a drain by one
-        # consumer (a statement of a hundred parts, parsed each time); this one 2.5 ms. MySQL
-        # 9.7 locked the portable form's rows in the groups' order, as the subquery's
-        # materialized rows came, and so deadlocked with offers as MariaDB did before the
-        # heads were sorted (below).
+        # consumer (a statement of a hundred parts, parsed each time); this one 2.5 ms.
         return self._heads_by_id, {"b_kind": pkind, "b_now": now_ms, "names": list(groups),
                                    "count": len(groups)}
 
@@ -466,14 +463,15 @@ class MySQLQueueDao(QueueDao):
         # STRAIGHT_JOIN keeps the join in that order: on a table whose statistics say it is
         # near empty, MariaDB read the queue first, all of it (FORCE INDEX cannot help a
         # table read first), each row locked (no dialect filter: "mariadb" would drop it).
-        # The heads are sorted by id before the join (a filesort of the derived table alone,
-        # in both servers' plans), so the rows are locked in id order, the order in which
-        # offers and acks lock them: in the groups' order, a claim that locked one head and
-        # waited for another held what a caller's offer of both was waiting for
+        # A head another transaction holds is passed over, and its group waits for the next
+        # claim: a claim that waited for one head held others, and a caller's offer of both
+        # then closed a circle (InnoDB rolled the caller back); locked in id order, the
+        # offers' order, the claim still held up all its groups while the caller's
+        # transaction ran
         return (sa.select(*self._claim_columns).prefix_with("STRAIGHT_JOIN").select_from(ids)
                 .join(t, t.c.id == ids.c.id).with_hint(t, "FORCE INDEX (PRIMARY)")
                 .where(t.c.group_key == ids.c.group_key, t.c.scheduled_at <= now)
-                .order_by(ids.c.id).with_for_update())
+                .with_for_update(skip_locked=True))
 
     def drop_groups(self, conn: sa.Connection, pkind: str, groups: Sequence[str]) -> None:
         # The portable drop (a DELETE of the groups whose messages a NOT EXISTS finds none)
