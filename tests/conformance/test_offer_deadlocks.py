@@ -881,3 +881,38 @@ def test_a_grouped_claim_passes_over_a_group_whose_head_another_transaction_hold
     assert [(m.key, m.payload) for m in claimed[0]] == [("b", 0)]
     assert [(m.key, m.payload) for m in then] == [("a", 1)]
     assert retries.retries == 0
+
+
+def test_producers_marking_a_new_queue_as_grouped_at_once_do_not_deadlock(one_queue, engine):
+    # The first offers of grouped messages to a queue make its settings row and mark it
+    # grouped, each in its caller's transaction here. The first makes the row; the others,
+    # which did not see it, insert it too and wait for the first. InnoDB's INSERT IGNORE then
+    # gave each a shared lock on the row, which two of them both had to raise to update it:
+    # a deadlock, one caller rolled back. They wait for each other in turn instead.
+    if engine.dialect.name == "sqlite":
+        pytest.skip("one writer at a time: two transactions cannot interleave")
+    with engine.connect() as first:
+        one_queue.dao.begin_read_committed(first)  # the README's advice for MySQL
+        assert one_queue.offer_many([Message("a", 1, group="ga")], connection=first) == [
+            OfferOutcome.CREATED]
+        others = []
+        for key in "bc":
+            conn = engine.connect()
+            others.append((conn, _session(conn), *_in_background(
+                _offer_grouped_in, conn, one_queue, key)))
+        try:
+            for _, session, *_ in others:
+                _until_waiting(engine, lambda s=session: s, "the others to wait for the first")
+            first.commit()
+            for _, _, offering, _ in others:
+                offering.join(60)
+        finally:
+            for conn, *_ in others:
+                conn.close()
+    assert [out for *_, out in others] == [[[OfferOutcome.CREATED]]] * 2
+    assert sorted(e.key for e in one_queue.poll_many(3)) == ["a", "b", "c"]
+
+
+def _offer_grouped_in(conn: sa.Connection, queue: DelayedQueue, key: str) -> list:
+    queue.dao.begin_read_committed(conn)
+    return _offer_in(conn, queue, [Message(key, 1, group=f"g{key}")])
