@@ -87,10 +87,10 @@ def _payload(type_: QueuePayload, compiler: GenericTypeCompiler, **kw: Any) -> s
 
 
 class _DeleteByPrimary(sa.Delete):
-    """A DELETE of rows named by id that reaches them through the primary key: the
-    multi-table form, ``DELETE FROM t USING t FORCE INDEX (PRIMARY) WHERE …``, whose table
-    reference takes the index hint the single-table form refuses. It has no LIMIT, ORDER BY
-    or RETURNING. MariaDB 10.11 heeds the hint only where the WHERE has a condition on
+    """A DELETE of rows named by their key (the queue's by id) that reaches them through the
+    primary key: the multi-table form, ``DELETE FROM t USING t FORCE INDEX (PRIMARY) WHERE
+    …``, whose table reference takes the index hint the single-table form refuses. It has no
+    LIMIT, ORDER BY or RETURNING. MariaDB 10.11 heeds the hint only where the WHERE has a condition on
     another column too (an ack's lock): ``id IN (…)`` alone, 13 ids of a 40-row table, was
     planned as a read of the whole table, hint or not, where the single-table DELETE with
     its LIMIT (``delete_by_id``) read the 13."""
@@ -481,8 +481,10 @@ class MySQLQueueDao(QueueDao):
         # in the offer and ack load test with groups (MariaDB 10.11, 10 s), most of the
         # deadlocks logged were a drop's against an offer's insert (83 of 113). Here the
         # empty groups are found by a plain read, which locks nothing, and only those still
-        # free are deleted. A group given a message in between loses its row, which is no
-        # loss: the first claim that meets the group makes it again (``win_groups``).
+        # free are deleted, through the primary key: the DELETE of nine groups of a table of
+        # ten, planned as a read of all the rows, waited for the tenth, which a claim held. A
+        # group given a message in between loses its row, which is no loss: the first claim
+        # that meets the group makes it again (``win_groups``).
         for part in chunked(sorted(set(groups)), self.in_list_max):
             values = {"b_kind": pkind, "names": part}
             if empty := conn.execute(self._empty_groups["read"], values).scalars().all():
@@ -496,7 +498,7 @@ class MySQLQueueDao(QueueDao):
         mine = (g.c.pkind == sa.bindparam("b_kind"),
                 g.c.group_key.in_(sa.bindparam("names", expanding=True)))
         return {"read": sa.select(g.c.group_key).where(*mine, ~self._group_has_messages),
-                "drop": sa.delete(g).where(*mine, g.c.claimed_until.is_(None))}
+                "drop": _DeleteByPrimary(g).where(*mine, g.c.claimed_until.is_(None))}
 
     def probe(self, stmt: AnySelect, index: str | None = None) -> AnySelect:
         # On a table whose statistics were taken empty, MariaDB probed the queue for a
