@@ -843,6 +843,20 @@ def test_a_claim_gives_way_to_an_offer_updating_what_it_meets(one_queue, engine,
     assert [queue.get(k).payload for k in "ab"] == [2, 2]
 
 
+@contextlib.contextmanager
+def _on_one_connection(engine: sa.Engine,
+                       queue: DelayedQueue) -> Iterator[tuple[DelayedQueue, int]]:
+    """``queue`` on an engine of one connection, and that connection's database session,
+    which every call of the queue then uses; the engine closed at the end."""
+    one = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
+    try:
+        with one.connect() as conn:
+            session = _session(conn)
+        yield DelayedQueue(one, queue.name, table_name=queue.dao.table.name), session
+    finally:
+        one.dispose()
+
+
 def test_a_grouped_claim_passes_over_a_group_whose_head_another_transaction_holds(
         one_queue, engine):
     # A grouped claim, having won its groups, locks their first messages. Here the caller's
@@ -859,23 +873,17 @@ def test_a_grouped_claim_passes_over_a_group_whose_head_another_transaction_hold
     later = due + timedelta(seconds=1)  # b first in claim order: g1's turn first
     queue.offer_many([Message("a", 0, later, group="g2")])
     queue.offer_many([Message("b", 0, due, group="g1")])
-    claims = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
-    try:
-        with claims.connect() as conn:  # the pool's one connection, which the claim will use
-            session = _session(conn)
-        claimer = DelayedQueue(claims, queue.name, table_name=queue.dao.table.name)
-        with counting() as retries, engine.connect() as o:
-            queue.dao.begin_read_committed(o)  # the README's advice for MySQL
-            first = queue.offer_many([Message("a", 1, later, group="g2")], connection=o)
-            claiming, claimed = _in_background(claimer.poll_many, 10)
-            _until_waiting(engine, lambda: session, "the claim to end",
-                           lambda: not claiming.is_alive())
-            waited = claiming.is_alive()  # or it waits for a lock
-            o.commit()
-            claiming.join(60)
+    with (_on_one_connection(engine, queue) as (claimer, session), counting() as retries,
+          engine.connect() as o):
+        queue.dao.begin_read_committed(o)  # the README's advice for MySQL
+        first = queue.offer_many([Message("a", 1, later, group="g2")], connection=o)
+        claiming, claimed = _in_background(claimer.poll_many, 10)
+        _until_waiting(engine, lambda: session, "the claim to end",
+                       lambda: not claiming.is_alive())
+        waited = claiming.is_alive()  # or it waits for a lock
+        o.commit()
+        claiming.join(60)
         then = claimer.poll_many(10)
-    finally:
-        claims.dispose()
     assert not waited
     assert first == [OfferOutcome.UPDATED]
     assert [(m.key, m.payload) for m in claimed[0]] == [("b", 0)]
@@ -930,26 +938,20 @@ def test_dropping_empty_groups_waits_for_no_offer(one_queue, engine):
     queue, due = one_queue, datetime.now(UTC) - timedelta(hours=1)
     queue.offer_many([Message("a1", 0, due, group="g1"), Message("b1", 0, due, group="g1"),
                       Message("a2", 0, due, group="g2"), Message("b2", 0, due, group="g2")])
-    acks = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
-    try:
-        with acks.connect() as conn:  # the pool's one connection, which the ack will use
-            session = _session(conn)
-        acker = DelayedQueue(acks, queue.name, table_name=queue.dao.table.name)
+    with (_on_one_connection(engine, queue) as (acker, session), counting() as retries,
+          engine.connect() as o):
         claimed = acker.poll_many(10)
         assert sorted(e.key for e in claimed) == ["a1", "a2"]
-        with counting() as retries, engine.connect() as o:
-            queue.dao.begin_read_committed(o)  # the README's advice for MySQL
-            first = queue.offer_many([Message("b2", 1, due, group="g2", priority=1)],
-                                     connection=o)
-            acking, acked = _in_background(acker.ack_many, claimed)
-            _until_waiting(engine, lambda: session, "the ack and drop to end",
-                           lambda: not acking.is_alive())
-            then = queue.offer_many([Message("b1", 1, due, group="g1", priority=1)],
-                                    connection=o)
-            o.commit()
-            acking.join(60)
-    finally:
-        acks.dispose()
+        queue.dao.begin_read_committed(o)  # the README's advice for MySQL
+        first = queue.offer_many([Message("b2", 1, due, group="g2", priority=1)],
+                                 connection=o)
+        acking, acked = _in_background(acker.ack_many, claimed)
+        _until_waiting(engine, lambda: session, "the ack and drop to end",
+                       lambda: not acking.is_alive())
+        then = queue.offer_many([Message("b1", 1, due, group="g1", priority=1)],
+                                connection=o)
+        o.commit()
+        acking.join(60)
     assert first == then == [OfferOutcome.UPDATED]
     assert acked == [2]
     assert sorted((e.key, e.payload) for e in queue.poll_many(10)) == [("b1", 1), ("b2", 1)]
@@ -970,21 +972,14 @@ def test_an_ack_freeing_groups_waits_for_no_claim_of_other_groups(one_queue, eng
     queue.offer_many([Message(f"m{g}", 0, due, group=f"g{g}") for g in range(10) if g != 5])
     claimed = queue.poll_many(10)
     queue.offer_many([Message("m5", 0, due, group="g5")])
-    acks = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
-    try:
-        with acks.connect() as conn:  # the pool's one connection, which the ack will use
-            session = _session(conn)
-        acker = DelayedQueue(acks, queue.name, table_name=queue.dao.table.name)
-        with engine.connect() as c:
-            queue.dao.begin_read_committed(c)  # the README's advice for MySQL
-            assert [e.key for e in queue.poll_many(10, connection=c)] == ["m5"]
-            acking, acked = _in_background(acker.ack_many, claimed)
-            _until_waiting(engine, lambda: session, "the ack to end",
-                           lambda: not acking.is_alive())
-            waited = acking.is_alive()  # or it waits for a lock
-            c.commit()
-            acking.join(60)
-    finally:
-        acks.dispose()
+    with _on_one_connection(engine, queue) as (acker, session), engine.connect() as c:
+        queue.dao.begin_read_committed(c)  # the README's advice for MySQL
+        assert [e.key for e in queue.poll_many(10, connection=c)] == ["m5"]
+        acking, acked = _in_background(acker.ack_many, claimed)
+        _until_waiting(engine, lambda: session, "the ack to end",
+                       lambda: not acking.is_alive())
+        waited = acking.is_alive()  # or it waits for a lock
+        c.commit()
+        acking.join(60)
     assert not waited
     assert acked == [9]

@@ -90,10 +90,10 @@ class _DeleteByPrimary(sa.Delete):
     """A DELETE of rows named by their key (the queue's by id) that reaches them through the
     primary key: the multi-table form, ``DELETE FROM t USING t FORCE INDEX (PRIMARY) WHERE
     …``, whose table reference takes the index hint the single-table form refuses. It has no
-    LIMIT, ORDER BY or RETURNING. MariaDB 10.11 heeds the hint only where the WHERE has a condition on
-    another column too (an ack's lock): ``id IN (…)`` alone, 13 ids of a 40-row table, was
-    planned as a read of the whole table, hint or not, where the single-table DELETE with
-    its LIMIT (``delete_by_id``) read the 13."""
+    LIMIT, ORDER BY or RETURNING. MariaDB 10.11 heeds the hint only where the WHERE has a
+    condition on another column too (an ack's lock): ``id IN (…)`` alone, 13 ids of a 40-row
+    table, was planned as a read of the whole table, hint or not, where the single-table
+    DELETE with its LIMIT (``delete_by_id``) read the 13."""
 
     inherit_cache = True
 
@@ -138,6 +138,8 @@ class MySQLQueueDao(QueueDao):
     # retries in every run; the same at READ COMMITTED). Done in a transaction of its own,
     # after the ack's, the drop holds no entry while it waits: in three runs of that test, 3
     # deadlocks in all, none of them a drop's (claims inserting the rows of new groups).
+    # (Against offers it still deadlocked, until it read the group index without locks:
+    # ``drop_groups``.)
     drops_groups_apart = True
     # can't connect (socket, TCP), server gone away, lost connection, shutdown in progress,
     # connection killed (MariaDB), disconnected by the server (MySQL 8)
@@ -478,8 +480,8 @@ class MySQLQueueDao(QueueDao):
         # reads the group index with shared locks, at READ COMMITTED too: InnoDB locks what
         # a DML statement's subquery reads. An offer updating a message of such a group
         # waits for that entry, and the drop for the entry of a message the offer updated:
-        # in the offer and ack load test with groups (MariaDB 10.11, 10 s), most of the
-        # deadlocks logged were a drop's against an offer's insert (83 of 113). Here the
+        # in the offer and ack load test with groups (MariaDB 10.11, 10 s), 97 of the 113
+        # deadlocks logged had a drop in them. Here the
         # empty groups are found by a plain read, which locks nothing, and only those still
         # free are deleted, through the primary key: the DELETE of nine groups of a table of
         # ten, planned as a read of all the rows, waited for the tenth, which a claim held. A
