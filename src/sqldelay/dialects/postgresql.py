@@ -905,7 +905,7 @@ class PostgresQueueDao(QueueDao):
             # each head found without a lock, then locked, passing over those another
             # transaction holds: a claim that waited for a head held others that an offer of
             # them in the same transaction then waited for, and gave way (the offer and ack
-            # load test with groups, 10 s: 21 to 27 times, and 140 to 199 offers made; none,
+            # load test with groups, 10 s: 21 to 27 times, and 135 to 199 offers made; none,
             # and 1,533 to 2,262 offers, since). Its group waits for the next claim: locked
             # in the read of the head, a head passed over would send the read on to the
             # group's next message, out of the group's order. The lock's conditions are
