@@ -251,16 +251,9 @@ class DelayedQueue(QueueBase):
         return self._run(self.extend_many_call(envelopes, by), connection)
 
     def _run(self, call: Call[T], connection: Connection | None) -> T:
-        # A call that frees groups where their rows are dropped apart (InnoDB) updates those
-        # rows through their primary key, which at REPEATABLE READ takes next-key locks and
-        # waited for the row of a group it does not free: an ack waited for a claim holding
-        # a group it had won, the claim for the head an offer held, the offer for a message
-        # the ack had deleted (MariaDB 10.11, the offer and ack load test with groups). At
-        # READ COMMITTED the UPDATE passes over a row another holds that it would not change
-        # (a semi-consistent read).
         done: T = self.executor.run(call.op, write=True, connection=connection,
                                     one_statement=call.one_statement,
-                                    read_committed=call.drop_groups is not None)
+                                    read_committed=call.frees_groups)
         if call.drop_groups is None:
             return done
         if connection is not None:

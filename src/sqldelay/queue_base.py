@@ -79,12 +79,15 @@ E = TypeVar("E", bound="Envelope[QueueBase]")
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     """An operation ready to run, whether it sends a single statement (which the executor
-    may then run in autocommit), and the drop of the rows of groups it left empty where the
-    dialect does that apart (``drops_groups_apart``; else None): in a transaction of its own
-    once the operation's has committed, or in the caller's transaction after it."""
+    may then run in autocommit), whether it frees groups (whose rows' update may pass rows
+    it leaves alone: ``QueueDao.begin_read_committed``), and the drop of the rows of groups
+    it left empty where the dialect does that apart (``drops_groups_apart``; else None): in
+    a transaction of its own once the operation's has committed, or in the caller's
+    transaction after it."""
 
     op: Op[T]
     one_statement: bool
+    frees_groups: bool = field(default=False, kw_only=True)
     drop_groups: Op[None] | None = field(default=None, kw_only=True)
 
 
@@ -506,7 +509,7 @@ class QueueBase:
                 return Call(lambda conn: dao.ack(conn, envelope.row_id, lock), True)
             return Call(lambda conn: dao.ack_freeing(conn, self.pkind, lock, [envelope.row_id],
                                                      [group], drop=drop) > 0,
-                        dao.ack_frees_in_one, drop_groups=after)
+                        dao.ack_frees_in_one, frees_groups=True, drop_groups=after)
 
         def op(conn: sa.Connection) -> bool:
             acked = dao.ack(conn, envelope.row_id, lock)
@@ -516,7 +519,7 @@ class QueueBase:
                 recorder.write(conn, [self._done_event(EventKind.ACKED, envelope)])
             return acked
 
-        return Call(op, False, drop_groups=after)
+        return Call(op, False, frees_groups=group is not None, drop_groups=after)
 
     def ack_many_call(self, envelopes: Sequence[Envelope[QueueBase]]) -> Call[int] | None:
         """The deletion of claimed messages, one statement per claim batch (None: none given);
@@ -561,7 +564,7 @@ class QueueBase:
 
         one = ((recorder is None or dao.ack_writes_history) and len(by_lock) == 1
                and len(envelopes) <= dao.in_list_max and (not groups or dao.ack_frees_in_one))
-        return Call(op, one, drop_groups=after)
+        return Call(op, one, frees_groups=bool(groups), drop_groups=after)
 
     def release_call(self, envelope: Envelope[QueueBase], delay: timedelta | None,
                      error: str | None = None) -> Call[bool]:
@@ -593,7 +596,7 @@ class QueueBase:
                     else self._done_event(EventKind.FAILED, envelope, f"{again}: {error}")])
             return moved
 
-        return Call(op, False, drop_groups=after)
+        return Call(op, False, frees_groups=envelope.group is not None, drop_groups=after)
 
     def _due_again(self, conn: sa.Connection, envelope: Envelope[QueueBase],
                    delay_ms: int) -> int:

@@ -755,52 +755,61 @@ class _StoppedAt:
             raise
 
 
-def _claimer(engine: sa.Engine, queue: DelayedQueue) -> tuple[DelayedQueue, int]:
-    """``queue`` on an engine of one connection, whose server process, returned, gdb will
-    stop; its deadlock check comes 4 s after a wait begins. Skips, saying why, where that
-    process is not on this machine; fails where gdb, which steers it, is missing."""
-    claims = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
+@contextlib.contextmanager
+def _on_one_connection(engine: sa.Engine, queue: DelayedQueue,
+                       *setup: str) -> Iterator[tuple[DelayedQueue, int]]:
+    """``queue`` on an engine of one connection, and that connection's database session,
+    which every call of the queue then uses; ``setup``'s statements run and committed as it
+    connects; the engine closed at the end."""
+    one = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
 
-    @sa.event.listens_for(claims, "connect")
-    def _slow_deadlock_check(dbapi_connection, record) -> None:
+    def set_up(dbapi_connection, record) -> None:
         cursor = dbapi_connection.cursor()
-        cursor.execute("SET deadlock_timeout = '4s'")
+        for statement in setup:
+            cursor.execute(statement)
         cursor.close()
         dbapi_connection.commit()  # the pool's rollback would undo it
 
-    with claims.connect() as conn:  # the pool's one connection, which the claims will use
-        pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    if setup:
+        sa.event.listen(one, "connect", set_up)
+    try:
+        with one.connect() as conn:
+            session = _session(conn)
+        yield DelayedQueue(one, queue.name, table_name=queue.dao.table.name), session
+    finally:
+        one.dispose()
+
+
+def _steerable(engine: sa.Engine, pid: int) -> None:
+    """Skip, saying why, where the PostgreSQL server process ``pid`` is not on this machine;
+    fail where gdb, which steers it, is missing."""
     try:
         name = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         name = ""
     if name not in ("postgres", "postmaster"):
-        claims.dispose()
         pytest.skip(f"the PostgreSQL server of {engine.url.host} is not on this machine "
                     "(gdb stops one of its processes)")
     if shutil.which("gdb") is None:
-        claims.dispose()
         pytest.fail("gdb is needed to steer the server (apt-get install gdb)", pytrace=False)
-    return DelayedQueue(claims, queue.name, table_name=queue.dao.table.name), pid
 
 
 @contextlib.contextmanager
 def _claimer_stopped_at(engine: sa.Engine, queue: DelayedQueue, function: str,
                         first: Callable[[DelayedQueue], object] = lambda claimer: None,
                         ) -> Iterator[tuple[DelayedQueue, _StoppedAt]]:
-    """``_claimer``'s queue, having run ``first`` on it, and gdb armed to stop its server
-    process at ``function``; released, and the engine closed, at the end. (``first`` runs
-    before gdb is armed: a call of the test's own thread stopped there would wait for ever.)"""
-    claimer, pid = _claimer(engine, queue)
-    try:
+    """``queue`` on an engine of one connection, having run ``first``, and gdb armed to stop
+    its server process at ``function``, whose deadlock check comes 4 s after a wait begins;
+    released, and the engine closed, at the end. (``first`` runs before gdb is armed: a call
+    of the test's own thread stopped there would wait for ever.)"""
+    with _on_one_connection(engine, queue, "SET deadlock_timeout = '4s'") as (claimer, pid):
+        _steerable(engine, pid)
         first(claimer)
         stopped = _StoppedAt(pid, function)
         try:
             yield claimer, stopped
         finally:
             stopped.release()
-    finally:
-        claimer.engine.dispose()
 
 
 def _in_background(call, *args) -> tuple[threading.Thread, list]:
@@ -869,20 +878,6 @@ def test_a_claim_gives_way_to_an_offer_updating_what_it_meets(one_queue, engine,
     assert offered == [[OfferOutcome.UPDATED, OfferOutcome.UPDATED]], offered
     assert isinstance(claimed[0], list), claimed
     assert [queue.get(k).payload for k in "ab"] == [2, 2]
-
-
-@contextlib.contextmanager
-def _on_one_connection(engine: sa.Engine,
-                       queue: DelayedQueue) -> Iterator[tuple[DelayedQueue, int]]:
-    """``queue`` on an engine of one connection, and that connection's database session,
-    which every call of the queue then uses; the engine closed at the end."""
-    one = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
-    try:
-        with one.connect() as conn:
-            session = _session(conn)
-        yield DelayedQueue(one, queue.name, table_name=queue.dao.table.name), session
-    finally:
-        one.dispose()
 
 
 def test_a_grouped_claim_passes_over_a_group_whose_head_another_transaction_holds(

@@ -310,8 +310,9 @@ class QueueDao(FlowControl):
     def begin_read_committed(self, conn: sa.Connection) -> None:
         """Called before ``begin_write`` in the transactions sqldelay opens whose locking
         reads may pass the end of what they take (offers of new keys, claims that may find
-        fewer messages than they want): where the database's default level locks the gaps
-        there and deadlocks on them (MySQL's REPEATABLE READ), READ COMMITTED."""
+        fewer messages than they want, calls that free groups): where the database's default
+        level locks the gaps there and deadlocks on them (MySQL's REPEATABLE READ), READ
+        COMMITTED."""
 
     # the driver's error codes (as ``error_code`` reads them) for each kind of error
     duplicate_key_codes: ClassVar[frozenset[object]] = frozenset()

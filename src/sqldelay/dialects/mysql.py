@@ -373,7 +373,13 @@ class MySQLQueueDao(QueueDao):
         # all it asked for) stops at its LIMIT, short of that gap, and keeps REPEATABLE READ,
         # where its locking read is cheaper past the index entries that acks and claims leave
         # behind until purged (MariaDB 10.11, a claim of 100 after 10,000 were acked: 0.55 ms,
-        # 1.5 ms at READ COMMITTED). SET TRANSACTION applies to the next transaction, which
+        # 1.5 ms at READ COMMITTED). A call that frees groups (an ack, a release) updates their
+        # rows through the primary key, which at REPEATABLE READ takes next-key locks and
+        # waited for the row of a group it does not free: an ack waited for a claim holding
+        # a group it had won, the claim for the head an offer held, the offer for a message
+        # the ack had deleted (MariaDB 10.11, the offer and ack load test with groups). At
+        # READ COMMITTED the UPDATE passes over a row another holds that it would not change
+        # (a semi-consistent read). SET TRANSACTION applies to the next transaction, which
         # this one is.
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
 
@@ -481,12 +487,12 @@ class MySQLQueueDao(QueueDao):
         # a DML statement's subquery reads. An offer updating a message of such a group
         # waits for that entry, and the drop for the entry of a message the offer updated:
         # in the offer and ack load test with groups (MariaDB 10.11, 10 s), 97 of the 113
-        # deadlocks logged had a drop in them. Here the
-        # empty groups are found by a plain read, which locks nothing, and only those still
-        # free are deleted, through the primary key: the DELETE of nine groups of a table of
-        # ten, planned as a read of all the rows, waited for the tenth, which a claim held. A
-        # group given a message in between loses its row, which is no loss: the first claim
-        # that meets the group makes it again (``win_groups``).
+        # deadlocks logged had a drop in them. Here the empty groups are found by a plain
+        # read, which locks nothing, and only those still free are deleted, through the
+        # primary key: the DELETE of nine groups of a table of ten, planned as a read of all
+        # the rows, waited for the tenth, which a claim held. A group given a message in
+        # between loses its row, which is no loss: the first claim that meets the group
+        # makes it again (``win_groups``).
         for part in chunked(sorted(set(groups)), self.in_list_max):
             values = {"b_kind": pkind, "names": part}
             if empty := conn.execute(self._empty_groups["read"], values).scalars().all():
