@@ -31,7 +31,7 @@ def offer(bench: Bench, queue, clients: int, batch: int,
     import pymysql
 
     dao, url = queue.dao, sa.make_url(bench.url)
-    insert = dao.named_write(bench.engine.dialect, batch, False, False)
+    insert = dao.named_write(bench.engine.dialect, batch, False)
     payload = encode_payload(queue.serializer, PAYLOAD)
 
     def work(i: int) -> None:

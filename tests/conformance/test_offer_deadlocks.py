@@ -595,6 +595,77 @@ def test_a_key_inserted_while_an_offer_waited_for_its_rows_is_locked_not_met_by_
     assert one_queue.get("a").payload == 1 and one_queue.get("0").payload == 2
 
 
+@pytest.mark.parametrize("update", [True, False], ids=["update", "if absent"])
+def test_an_offer_in_a_transaction_at_the_default_level_takes_a_key_inserted_meanwhile(
+        one_queue, engine, update):
+    # The caller's transaction runs at the database's default level: InnoDB's REPEATABLE
+    # READ, whose plain reads see the snapshot of the transaction's first read. The offer
+    # found k absent there and inserted it, waiting for another transaction's insert of k;
+    # that one committed, the insert failed on k, and the offer's next read of its keys,
+    # from the same snapshot, found k absent again: it inserted k again, and again, for
+    # ever. The offer reads what is committed now once an insert met a key.
+    if engine.dialect.name == "sqlite":
+        pytest.skip("one writer at a time: the second insert cannot begin before the first "
+                    "commits")
+    with engine.connect() as first:
+        assert one_queue.offer("k", 1, connection=first) is OfferOutcome.CREATED
+        with engine.connect() as second:
+            session = _session(second)
+            offering, out = _in_background(
+                lambda: (one_queue.offer("k", 2, update=update, connection=second),
+                         second.commit())[0])
+            try:
+                _until_waiting(engine, lambda: session, "the second offer to wait for k",
+                               lambda: out)
+                first.commit()
+                offering.join(30)
+            finally:
+                if offering.is_alive():  # looping: end it, and its connection with it
+                    with engine.connect() as killer:
+                        killer.exec_driver_sql(
+                            f"SELECT pg_terminate_backend({session})"
+                            if engine.dialect.name == "postgresql" else f"KILL {session}")
+                    offering.join(30)
+    assert out == [OfferOutcome.UPDATED if update else OfferOutcome.IGNORED]
+    assert one_queue.get("k").payload == (2 if update else 1)
+
+
+@pytest.mark.parametrize("level", ["read committed", "default"])
+def test_producers_updating_a_key_inserted_while_they_waited_do_not_deadlock(
+        one_queue, engine, level):
+    # Two producers, each in its caller's transaction, offer k (update=True) while a third
+    # inserts it: both insert k too and wait for the third. It commits; on InnoDB both
+    # inserts fail, each keeping a shared lock on k's entry of the unique index, and one of
+    # them locks the row. Its update, an INSERT … ON DUPLICATE KEY UPDATE, then wanted that
+    # entry exclusively, held shared by the other producer, which waited for the row: a
+    # deadlock, every time (MariaDB 10.11, at either level). The update goes through the
+    # primary key and leaves the key's entry alone.
+    if engine.dialect.name == "sqlite":
+        pytest.skip("one writer at a time: the inserts cannot wait for each other")
+    with engine.connect() as first:
+        assert one_queue.offer("k", 1, connection=first) is OfferOutcome.CREATED
+        others = []
+        for payload in (2, 3):
+            conn = engine.connect()
+            if level == "read committed":
+                one_queue.dao.begin_read_committed(conn)  # the README's advice for MySQL
+            others.append((conn, _session(conn), *_in_background(
+                lambda c=conn, p=payload: (one_queue.offer("k", p, connection=c),
+                                           c.commit())[0])))
+        try:
+            for _, session, _, out in others:
+                _until_waiting(engine, lambda s=session: s, "the others to wait for the first",
+                               lambda o=out: o)
+            first.commit()
+            for _, _, offering, _ in others:
+                offering.join(60)
+        finally:
+            for conn, *_ in others:
+                conn.close()
+    assert [out for *_, out in others] == [[OfferOutcome.UPDATED]] * 2
+    assert one_queue.get("k").payload in (2, 3)
+
+
 def test_an_ack_gives_way_to_an_offer_whose_insert_met_its_key(one_queue, engine):
     # A producer, in its caller's transaction, finds k absent and inserts it; another
     # producer inserted k meanwhile, and a consumer claimed it. The failed insert keeps a

@@ -135,9 +135,9 @@ def existing_answers(dao, rows: list) -> list:
 
 
 def existing_row(pkey: str, payload: bytes, scheduled_at_initially: int, priority: int = 0,
-                 group_key: str | None = None) -> tuple:
+                 group_key: str | None = None, row_id: int = 1) -> tuple:
     """A row of the offer's read of existing messages, its columns in the read's order."""
-    return (pkey, payload, scheduled_at_initially, priority, group_key)
+    return (pkey, payload, scheduled_at_initially, priority, group_key, row_id)
 
 
 def render(stmt, params, dialect: sa.Dialect) -> str:

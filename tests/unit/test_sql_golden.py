@@ -63,7 +63,8 @@ def emitted(name: str) -> list[tuple[str, str]]:
                    for i, (stmt, params) in enumerate(conn.executed))
 
     existing = [existing_row(pkey="changed", payload=b"[0]", scheduled_at_initially=2000),
-                existing_row(pkey="kept", payload=b"[9]", scheduled_at_initially=3000)]
+                existing_row(pkey="kept", payload=b"[9]", scheduled_at_initially=3000,
+                             row_id=2)]
     if name == "postgresql":  # one statement, whatever the update flags, answering with keys
         record("offer", lambda c: dao.offer(c, KIND, ROWS, 1), [[("new", True, None)]])
     else:

@@ -97,7 +97,7 @@ def test_dead_letter_ddl_holds_2000_characters_of_any_text(dao):
 def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
     conn = RecordingConnection(DIALECT, results=[
         [existing_row(pkey="same", payload=b"p", scheduled_at_initially=10),
-         existing_row(pkey="moved", payload=b"p", scheduled_at_initially=10)],
+         existing_row(pkey="moved", payload=b"p", scheduled_at_initially=10, row_id=2)],
     ])
     rows = [OfferRow("new", b"p", 10, True), OfferRow("same", b"p", 10, True),
             OfferRow("moved", b"p", 20, True)]
@@ -105,8 +105,8 @@ def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
         OfferOutcome.CREATED, OfferOutcome.IGNORED, OfferOutcome.UPDATED]
     statements = sent(conn)
     assert statements == [
-        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key "
-        "FROM dq WITH (UPDLOCK, HOLDLOCK) "
+        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key, "
+        "dq.id FROM dq WITH (UPDLOCK, HOLDLOCK) "
         "WHERE dq.pkind = :b_kind AND dq.pkey IN (:keys_1, :keys_2, :keys_3)",
         "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
         "created_at, deliveries, priority, group_key) VALUES (:pkind_m0, :pkey_m0, :payload_m0, "
@@ -114,7 +114,7 @@ def test_offer_locks_by_table_hint_then_inserts_and_updates(dao):
         ":deliveries_m0, :priority_m0, :group_key_m0)",
         "UPDATE dq SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, "
         "lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, "
-        "group_key=:g WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
+        "group_key=:g WHERE dq.pkind = :pkind_1 AND dq.id = :i",
     ]
     assert "FOR UPDATE" not in " ".join(statements)
     assert_tsql(statements)

@@ -92,7 +92,7 @@ def test_dead_letter_ddl_holds_2000_characters_of_any_text(dao):
 def test_offer_locks_existing_rows_then_inserts_and_updates(dao):
     conn = RecordingConnection(DIALECT, results=[
         [existing_row(pkey="same", payload=b"p", scheduled_at_initially=10),
-         existing_row(pkey="moved", payload=b"p", scheduled_at_initially=10)],
+         existing_row(pkey="moved", payload=b"p", scheduled_at_initially=10, row_id=2)],
     ])
     rows = [OfferRow("new", b"p", 10, True), OfferRow("same", b"p", 10, True),
             OfferRow("moved", b"p", 20, True)]
@@ -100,8 +100,8 @@ def test_offer_locks_existing_rows_then_inserts_and_updates(dao):
         OfferOutcome.CREATED, OfferOutcome.IGNORED, OfferOutcome.UPDATED]
     statements = sent(conn)
     assert statements == [
-        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key "
-        "FROM dq "
+        "SELECT dq.pkey, dq.payload, dq.scheduled_at_initially, dq.priority, dq.group_key, "
+        "dq.id FROM dq "
         "WHERE dq.pkind = :b_kind AND dq.pkey IN (:keys_1, :keys_2, :keys_3) FOR UPDATE",
         "INSERT INTO dq (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, "
         "created_at, deliveries, priority, group_key) VALUES (:pkind, :pkey, :payload, "
@@ -109,7 +109,7 @@ def test_offer_locks_existing_rows_then_inserts_and_updates(dao):
         ":priority, :group_key)",
         "UPDATE dq SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, "
         "lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, "
-        "group_key=:g WHERE dq.pkind = :pkind_1 AND dq.pkey = :k",
+        "group_key=:g WHERE dq.pkind = :pkind_1 AND dq.id = :i",
     ]
     assert_oracle(statements)
     # a failed array insert keeps the rows before the failing one: a savepoint undoes them

@@ -128,6 +128,8 @@ class Advice:
 
 # the row number's place in the parameter names of a one-row INSERT used as a template
 _ROW = "rowno"
+# how many times one offer's insert may meet a key its reads did not find (``QueueDao.offer``)
+_INSERT_ROUNDS = 8
 
 
 def repeat_values(one_row: str, n: int) -> str:
@@ -414,25 +416,43 @@ class QueueDao(FlowControl):
 
         Lock the existing rows first, so what is compared is what gets updated; insert the
         absent keys; if a concurrent producer inserted one of them in between, the duplicate
-        error undoes only that statement on these databases, and the round starts again.
+        error undoes only that statement on these databases, and the round starts again,
+        reading the keys as committed now (``existing_rows``' ``current``).
+
+        A transaction whose reads see a snapshot older than that insert (a caller's, at a
+        level that reads one) may never find the key its insert meets: after
+        ``_INSERT_ROUNDS`` such rounds the duplicate error is raised, with a note saying
+        what to do, rather than the offer going round for ever.
         """
+        met = 0
         while True:
-            existing = {  # by position: a Row's attributes cost more, five a row
-                key: (bytes(payload), at, priority, group) for key, payload, at, priority, group
-                in self.existing_rows(conn, pkind, [r.key for r in rows])
+            existing = {  # by position: a Row's attributes cost more, six a row
+                key: ((bytes(payload), at, priority, group), row_id)
+                for key, payload, at, priority, group, row_id
+                in self.existing_rows(conn, pkind, [r.key for r in rows], current=met > 0)
             }
             new = [r for r in rows if r.key not in existing]
             changed = [r for r in rows
-                       if r.key in existing and r.update and existing[r.key] != r.state()]
+                       if r.key in existing and r.update and existing[r.key][0] != r.state()]
             if new:
                 try:
                     self.insert_new(conn, pkind, new, now_ms, actor)
                 except sa.exc.IntegrityError as exc:
-                    if self.classify(exc) is ErrorKind.DUPLICATE_KEY:
+                    if self.classify(exc) is not ErrorKind.DUPLICATE_KEY:
+                        raise
+                    met += 1
+                    if met < _INSERT_ROUNDS:
                         continue
+                    exc.add_note(
+                        f"sqldelay: the offer's insert met a key that its reads did not find, "
+                        f"{met} times: its transaction may read a snapshot taken before "
+                        "another transaction inserted that key (REPEATABLE READ, SERIALIZABLE "
+                        "or SNAPSHOT isolation); redo the transaction, or offer at READ "
+                        "COMMITTED")
                     raise
             if changed:
-                self.update_changed(conn, pkind, changed, now_ms, actor)
+                self.update_changed(conn, pkind, changed, [existing[r.key][1] for r in changed],
+                                    now_ms, actor)
             created = {r.key for r in new}
             updated = {r.key for r in changed}
             return [OfferOutcome.CREATED if r.key in created
@@ -488,9 +508,11 @@ class QueueDao(FlowControl):
             self._insert_sql[key] = (sql, names)
         return self._insert_sql[key]
 
-    def existing_rows(self, conn: sa.Connection, pkind: str,
-                      keys: Sequence[str]) -> Iterable[Sequence[Any]]:
-        """The offer's locking read: the rows of ``keys`` that exist, locked."""
+    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str], *,
+                      current: bool = False) -> Iterable[Sequence[Any]]:
+        """The offer's locking read: the rows of ``keys`` that exist, locked. ``current``:
+        read as committed now, whatever snapshot the transaction reads (asked after an
+        insert met a key; this locking read is one already)."""
         return conn.execute(self._existing, {"b_kind": pkind, "keys": keys})
 
     def select_existing(self) -> AnySelect:
@@ -500,26 +522,28 @@ class QueueDao(FlowControl):
         # one expanding parameter, not one per key: the statement stays cached whatever the
         # keys, where a literal list is built and compiled anew for every call
         return (sa.select(t.c.pkey, t.c.payload, t.c.scheduled_at_initially, t.c.priority,
-                          t.c.group_key)
+                          t.c.group_key, t.c.id)
                 .where(t.c.pkind == sa.bindparam("b_kind"),
                        t.c.pkey.in_(sa.bindparam("keys", expanding=True)))
                 .with_for_update())
 
     def update_changed(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                       now_ms: int, actor: str | None) -> None:
-        """Replace existing (locked) rows: new payload and due time, lock voided, attempts
-        reset."""
+                       ids: Sequence[int], now_ms: int, actor: str | None) -> None:
+        """Replace existing (locked) rows, whose ids are ``ids``: new payload and due time,
+        lock voided, attempts reset. Through the primary key: the unique index of the keys
+        is left alone, whose entries other offers' failed inserts may hold (on InnoDB,
+        shared, to the end of their transactions)."""
         t = self.table
         stmt = (sa.update(t)
-                .where(t.c.pkind == pkind, t.c.pkey == sa.bindparam("k"))
+                .where(t.c.pkind == pkind, t.c.id == sa.bindparam("i"))
                 .values(payload=sa.bindparam("p"), scheduled_at=sa.bindparam("a"),
                         scheduled_at_initially=sa.bindparam("a"), created_at=now_ms,
                         lock_uuid=None, deliveries=0, priority=sa.bindparam("r"),
                         group_key=sa.bindparam("g")))
         if actor is not None:
             stmt = stmt.values(enqueued_by=actor)
-        conn.execute(stmt, [{"k": r.key, "p": r.payload, "a": r.at_ms, "r": r.priority,
-                             "g": r.group} for r in rows])
+        conn.execute(stmt, [{"i": i, "p": r.payload, "a": r.at_ms, "r": r.priority,
+                             "g": r.group} for r, i in zip(rows, ids, strict=True)])
 
     @staticmethod
     def row_params(pkind: str, rows: Sequence[OfferRow], now_ms: int,

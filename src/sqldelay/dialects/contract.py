@@ -130,17 +130,18 @@ class Dialect(Protocol):
     def select_existing(self) -> AnySelect:
         """The offer's locking read of the rows of the keys it offers."""
 
-    def existing_rows(self, conn: sa.Connection, pkind: str,
-                      keys: Sequence[str]) -> Iterable[Sequence[Any]]:
-        """Run that read: the rows of ``keys`` that exist, locked."""
+    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str], *,
+                      current: bool = False) -> Iterable[Sequence[Any]]:
+        """Run that read: the rows of ``keys`` that exist, locked (as committed now where
+        ``current``, after an insert met a key)."""
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int, actor: str | None, events: OfferEvents | None = None) -> None:
         """Insert rows all or nothing (and their history events, given ``events``)."""
 
     def update_changed(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                       now_ms: int, actor: str | None) -> None:
-        """Replace existing locked rows with what the offer brings."""
+                       ids: Sequence[int], now_ms: int, actor: str | None) -> None:
+        """Replace existing locked rows, by their ``ids``, with what the offer brings."""
 
     def insert_rows(self, conn: sa.Connection, table: sa.Table,
                     params: Sequence[dict[str, Any]]) -> None:

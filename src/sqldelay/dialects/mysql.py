@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -43,6 +42,8 @@ _PACKET_LIMITS: weakref.WeakKeyDictionary[sa.Pool, int] = weakref.WeakKeyDiction
 # the drivers whose cursors take a mapping for %(name)s placeholders, whatever paramstyle
 # SQLAlchemy declares for them
 _NAMED_DRIVERS = frozenset({"pymysql", "mysqldb", "asyncmy"})
+# the most rows one UPDATE of an offer replaces (``MySQLQueueDao.update_changed``)
+_UPDATE_PART = 100
 # the error of a lock wait that timed out, or that a statement was not to wait for at all
 _LOCK_WAIT_TIMEOUT = 1205
 # MySQL's error of a locking read that was not to wait (NOWAIT) and met a lock
@@ -178,8 +179,10 @@ class MySQLQueueDao(QueueDao):
         held, listed = self.held_by(sa.bindparam("lock")), self.ids_listed()
         self._ack_many = _DeleteByPrimary(t).where(held, listed)
         self._ack_unwaiting = _DeleteUnwaiting(t).where(held, listed)
-        # by dialect, row count, … (``named_write``)
+        # by statement, dialect, row count, … (``named_write``, ``update_changed``)
         self._named_sql: dict[tuple[object, ...], str] = {}
+        # by row count and whether the actor is named (``update_changed``)
+        self._updates: dict[tuple[int, bool], sa.Update] = {}
         # by dialect, key count (``named_read``)
         self._named_reads: dict[tuple[type[sa.Dialect], int], str] = {}
 
@@ -582,8 +585,8 @@ class MySQLQueueDao(QueueDao):
         args = getattr(exc.orig, "args", ())
         return args[0] if args and isinstance(args[0], int) else None
 
-    def existing_rows(self, conn: sa.Connection, pkind: str,
-                      keys: Sequence[str]) -> Iterable[Sequence[Any]]:
+    def existing_rows(self, conn: sa.Connection, pkind: str, keys: Sequence[str], *,
+                      current: bool = False) -> Iterable[Sequence[Any]]:
         # A locking read through the unique index locks its entry of each key, then the
         # row; an ack's DELETE, through the primary key, locks the row, then its entry of
         # the unique index to delete it: an offer updating messages that a worker acked at
@@ -597,10 +600,10 @@ class MySQLQueueDao(QueueDao):
         # offers fail with 1213 before the keys' read was held to one index). A row acked
         # in between is gone from the locking read: its key is offered as a new one, as a
         # key absent at the first read is. The read of the keys
-        # is sent as the insert is (``_write_named``) where the driver takes it:
+        # is sent as the insert is (``insert_new``) where the driver takes it:
         # SQLAlchemy's expanding list of keys, made at every call, cost a third of the
         # read's client time.
-        ids = self._ids_of(conn, pkind, keys)
+        ids = self._ids_of(conn, pkind, keys, current)
         if not ids:
             return []
         rows = list(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": ids}))
@@ -617,14 +620,24 @@ class MySQLQueueDao(QueueDao):
         # deadlocks a driver in 10 s before, and 0 to 2 since (three MariaDB drivers,
         # three runs before, four since), and made 13% more offers on average.
         held = {row[0] for row in rows}
-        more = self._ids_of(conn, pkind, [k for k in keys if k not in held])
+        more = self._ids_of(conn, pkind, [k for k in keys if k not in held], current)
         if more:
             rows.extend(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": more}))
         return rows
 
-    def _ids_of(self, conn: sa.Connection, pkind: str, keys: Sequence[str]) -> list[int]:
-        """The ids of the rows of ``keys``, read without locks, in order."""
-        if conn.dialect.driver in _NAMED_DRIVERS:
+    def _ids_of(self, conn: sa.Connection, pkind: str, keys: Sequence[str],
+                current: bool) -> list[int]:
+        """The ids of the rows of ``keys``, read without locks (with shared ones where
+        ``current``), in order."""
+        if current:
+            # After the offer's insert met a key: at REPEATABLE READ, the level of a caller's
+            # transaction by default, a plain read sees the snapshot of the transaction's
+            # first read, without the key, and the offer inserted it again, for ever. A
+            # locking read reads what is committed now; the failed insert holds a shared
+            # lock on the key's entry already.
+            found = conn.execute(self.current_read(self._existing_ids),
+                                 {"b_kind": pkind, "keys": keys})
+        elif conn.dialect.driver in _NAMED_DRIVERS:
             values = {"b_kind": pkind}
             values.update((f"keys_{i + 1}", k) for i, k in enumerate(keys))
             found = conn.exec_driver_sql(self.named_read(conn.dialect, len(keys)), values)
@@ -645,47 +658,28 @@ class MySQLQueueDao(QueueDao):
 
     def insert_new(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
                    now_ms: int, actor: str | None, events: OfferEvents | None = None) -> None:
-        if not self._write_named(conn, pkind, rows, now_ms, actor, update=False):
-            super().insert_new(conn, pkind, rows, now_ms, actor)
-
-    def update_changed(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                       now_ms: int, actor: str | None) -> None:
-        # An executemany of UPDATEs is one round trip per row with PyMySQL; the rows exist and
-        # are locked, so a multi-row INSERT … ON DUPLICATE KEY UPDATE is the same update in one.
-        if not self._write_named(conn, pkind, rows, now_ms, actor, update=True):
-            stmt = mysql.insert(self.table).values(self.row_params(pkind, rows, now_ms, actor))
-            conn.execute(self._upsert(stmt, actor is not None, update=True))
-
-    def _write_named(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
-                     now_ms: int, actor: str | None, *, update: bool) -> bool:
-        """Insert ``rows`` as new messages, or replace (``update``) the existing messages of
-        their keys (``_upsert``), with named placeholders where the driver takes them; False
-        where it does not, and nothing was sent.
+        """Insert ``rows`` as new messages, with named placeholders where the driver takes
+        them.
 
         These drivers escape each value into the statement's text in Python, one call per
         value: 40% of an offer_many's client CPU through PyMySQL. Of a row's ten columns five
         hold values of its own (key, payload, due time, priority, group): the due time fills
         two, the kind, creation time and actor are the call's, and the lock and deliveries
-        are constants. Named placeholders send each value once. (The update was built with
-        the rows' values and compiled anew at every call: a re-offer of 100 changed keys
-        cost 190 µs of client CPU a message, 55 µs this way.)"""
+        are constants. Named placeholders send each value once."""
         if conn.dialect.driver not in _NAMED_DRIVERS:
-            return False
+            super().insert_new(conn, pkind, rows, now_ms, actor)
+            return
         values = {"b_kind": pkind, "created": now_ms, "actor": actor}
         for i, r in enumerate(rows):
             values[f"k_{i}"], values[f"p_{i}"], values[f"a_{i}"] = r.key, r.payload, r.at_ms
             values[f"r_{i}"], values[f"g_{i}"] = r.priority, r.group
-        conn.exec_driver_sql(
-            self.named_write(conn.dialect, len(rows), actor is not None, update), values)
-        return True
+        conn.exec_driver_sql(self.named_write(conn.dialect, len(rows), actor is not None),
+                             values)
 
-    def named_write(self, dialect: sa.Dialect, n: int, by: bool, update: bool) -> str:
-        """The SQL of ``_write_named`` for ``n`` rows (naming the actor where ``by``) through
+    def named_write(self, dialect: sa.Dialect, n: int, by: bool) -> str:
+        """The SQL of ``insert_new`` for ``n`` rows (naming the actor where ``by``) through
         ``dialect`` as connected, compiled once."""
-        # the update's form depends on the server (MySQL 8.0.20 and later: a row alias),
-        # which SQLAlchemy's dialect learns on connecting
-        alias = getattr(dialect, "_requires_alias_for_on_duplicate_key", False)
-        key = (type(dialect), alias, n, by, update)
+        key = ("insert", type(dialect), n, by)
         if key not in self._named_sql:
             one = {"pkind": sa.bindparam("b_kind"), "pkey": sa.bindparam(row_name("k")),
                    "payload": sa.bindparam(row_name("p")),
@@ -697,30 +691,63 @@ class MySQLQueueDao(QueueDao):
                    "group_key": sa.bindparam(row_name("g"))}
             if by:
                 one["enqueued_by"] = sa.bindparam("actor")
-            stmt = self._upsert(mysql.insert(self.table).values(one), by, update)
-            sql = stmt.compile(dialect=named_placeholders(dialect)).string
-            # the one row's VALUES group repeated; what the rows share follows it (the row
-            # alias, where the server takes one, and the update)
-            head, sep, tail = sql.partition(" ON DUPLICATE KEY UPDATE ")
-            parts = re.fullmatch(r"(.*\))((?: AS \w+)?)", head, re.DOTALL)
-            assert parts is not None  # the INSERT's text ends with its VALUES group
-            head, row_alias = parts.groups()
-            self._named_sql[key] = repeat_values(head, n) + row_alias + sep + tail
+            sql = (mysql.insert(self.table).values(one)
+                   .compile(dialect=named_placeholders(dialect)).string)
+            self._named_sql[key] = repeat_values(sql, n)  # the one row's VALUES repeated
         return self._named_sql[key]
 
-    @staticmethod
-    def _upsert(stmt: mysql.Insert, by: bool, update: bool) -> mysql.Insert:
-        """``stmt``, an insert of new messages, replacing (``update``) the existing messages
-        of its keys: new payload and due time, lock voided, attempts reset (and the actor
-        named, where ``by``)."""
-        if not update:
-            return stmt
-        new = stmt.inserted
-        return stmt.on_duplicate_key_update(
-            payload=new.payload, scheduled_at=new.scheduled_at,
-            scheduled_at_initially=new.scheduled_at_initially, created_at=new.created_at,
-            lock_uuid=sa.null(), deliveries=sa.literal_column("0"), priority=new.priority,
-            group_key=new.group_key, **({"enqueued_by": new.enqueued_by} if by else {}))
+    def update_changed(self, conn: sa.Connection, pkind: str, rows: Sequence[OfferRow],
+                       ids: Sequence[int], now_ms: int, actor: str | None) -> None:
+        # One UPDATE for up to _UPDATE_PART rows, by primary key, each column a CASE of the
+        # rows' ids: an executemany of UPDATEs is a round trip per row with PyMySQL, and a
+        # CASE is a walk of its branches for each row, so a part's cost grows with its
+        # square. The update was an INSERT … ON DUPLICATE KEY UPDATE of the rows, which took
+        # each key's entry of the unique index exclusively. Another producer whose insert of
+        # that key had failed holds the entry shared to the end of its transaction, and
+        # waits for the row this one holds: a deadlock, every time two producers updated a
+        # key that a third had just inserted (MariaDB 10.11).
+        named = conn.dialect.driver in _NAMED_DRIVERS
+        for start in range(0, len(rows), _UPDATE_PART):
+            part = rows[start:start + _UPDATE_PART]
+            values = {"b_kind": pkind, "created": now_ms, "actor": actor}
+            for i, (r, row_id) in enumerate(zip(part, ids[start:start + len(part)],
+                                                strict=True)):
+                values[f"i_{i}"], values[f"p_{i}"], values[f"a_{i}"] = row_id, r.payload, r.at_ms
+                values[f"r_{i}"], values[f"g_{i}"] = r.priority, r.group
+            by = actor is not None
+            if (len(part), by) not in self._updates:
+                self._updates[len(part), by] = self._update_by_id(len(part), by)
+            stmt = self._updates[len(part), by]
+            if named:
+                key = ("update", type(conn.dialect), len(part), by)
+                if key not in self._named_sql:
+                    self._named_sql[key] = stmt.compile(
+                        dialect=named_placeholders(conn.dialect)).string
+                conn.exec_driver_sql(self._named_sql[key], values)
+            else:
+                conn.execute(stmt, values)
+
+    def _update_by_id(self, n: int, by: bool) -> sa.Update:
+        """``update_changed``'s UPDATE of ``n`` rows by their ids (parameters b_kind, created,
+        actor where ``by``, and i_0, p_0, a_0, r_0, g_0 to i_n-1 …: id, payload, due time,
+        priority and group of each row)."""
+        t = self.table
+        ids = [sa.bindparam(f"i_{i}", type_=t.c.id.type) for i in range(n)]
+
+        def each(name: str, column: sa.Column[Any]) -> sa.Case[Any]:
+            return sa.case(*((ids[i], sa.bindparam(f"{name}_{i}", type_=column.type))
+                             for i in range(n)), value=t.c.id)
+
+        new = {"payload": each("p", t.c.payload), "scheduled_at": each("a", t.c.scheduled_at),
+               "scheduled_at_initially": each("a", t.c.scheduled_at),
+               "created_at": sa.bindparam("created", type_=t.c.created_at.type),
+               "lock_uuid": sa.null(), "deliveries": sa.literal_column("0"),
+               "priority": each("r", t.c.priority), "group_key": each("g", t.c.group_key)}
+        if by:
+            new["enqueued_by"] = sa.bindparam("actor", type_=t.c.enqueued_by.type)
+        stmt = (sa.update(t).where(t.c.pkind == sa.bindparam("b_kind"), t.c.id.in_(ids))
+                .values(new))
+        return self.by_id(stmt, t)
 
 
 class MariaDBQueueDao(MySQLQueueDao):

@@ -50,7 +50,7 @@ CREATE INDEX delayed_queue_results_kind_expiry_ix ON delayed_queue_results (pkin
 SELECT delayed_queue.id FROM delayed_queue FORCE INDEX (delayed_queue_kind_key_uq) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3);
 
 -- offer 1
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.id IN (:ids_1, :ids_2) ORDER BY delayed_queue.id FOR UPDATE;
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key, delayed_queue.id FROM delayed_queue FORCE INDEX (PRIMARY) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.id IN (:ids_1, :ids_2) ORDER BY delayed_queue.id FOR UPDATE;
 
 -- offer 2
 SELECT delayed_queue.id FROM delayed_queue FORCE INDEX (delayed_queue_kind_key_uq) WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1);
@@ -59,7 +59,7 @@ SELECT delayed_queue.id FROM delayed_queue FORCE INDEX (delayed_queue_kind_key_u
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0);
 
 -- offer 4
-INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0) ON DUPLICATE KEY UPDATE payload = VALUES(payload), scheduled_at = VALUES(scheduled_at), scheduled_at_initially = VALUES(scheduled_at_initially), lock_uuid = NULL, created_at = VALUES(created_at), deliveries = 0, priority = VALUES(priority), group_key = VALUES(group_key);
+UPDATE delayed_queue FORCE INDEX (PRIMARY) SET payload=CASE delayed_queue.id WHEN :i_0 THEN :p_0 END, scheduled_at=CASE delayed_queue.id WHEN :i_0 THEN :a_0 END, scheduled_at_initially=CASE delayed_queue.id WHEN :i_0 THEN :a_0 END, lock_uuid=NULL, created_at=:created, deliveries=0, priority=CASE delayed_queue.id WHEN :i_0 THEN :r_0 END, group_key=CASE delayed_queue.id WHEN :i_0 THEN :g_0 END WHERE delayed_queue.pkind = :b_kind AND delayed_queue.id IN (:i_0);
 
 -- insert first 0
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:b_kind, :k_0, :p_0, :a_0, :a_0, NULL, :created, 0, :r_0, :g_0);

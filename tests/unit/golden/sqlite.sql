@@ -47,13 +47,13 @@ CREATE TABLE delayed_queue_results ( pkind VARCHAR(100) NOT NULL, pkey VARCHAR(2
 CREATE INDEX delayed_queue_results_kind_expiry_ix ON delayed_queue_results (pkind, expires_at);
 
 -- offer 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3);
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key, delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1, :keys_2, :keys_3);
 
 -- offer 1
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0);
 
 -- offer 2
-UPDATE delayed_queue SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, group_key=:g WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.pkey = :k;
+UPDATE delayed_queue SET payload=:p, scheduled_at=:a, scheduled_at_initially=:a, lock_uuid=:lock_uuid, created_at=:created_at, deliveries=:deliveries, priority=:r, group_key=:g WHERE delayed_queue.pkind = :pkind_1 AND delayed_queue.id = :i;
 
 -- insert first 0
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0);
@@ -200,7 +200,7 @@ SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed
 SELECT delayed_queue_settings.paused, delayed_queue_settings.has_groups, delayed_queue_settings.rate_limit, delayed_queue_settings.rate_period_ms, delayed_queue_settings.tokens_milli, delayed_queue_settings.refilled_at, delayed_queue_settings.max_in_flight, delayed_queue_settings.pkind FROM delayed_queue_settings;
 
 -- offer by 0
-SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1);
+SELECT delayed_queue.pkey, delayed_queue.payload, delayed_queue.scheduled_at_initially, delayed_queue.priority, delayed_queue.group_key, delayed_queue.id FROM delayed_queue WHERE delayed_queue.pkind = :b_kind AND delayed_queue.pkey IN (:keys_1);
 
 -- offer by 1
 INSERT INTO delayed_queue (pkind, pkey, payload, scheduled_at, scheduled_at_initially, lock_uuid, created_at, deliveries, priority, group_key, enqueued_by) VALUES (:pkind_0, :pkey_0, :payload_0, :scheduled_at_0, :scheduled_at_initially_0, :lock_uuid_0, :created_at_0, :deliveries_0, :priority_0, :group_key_0, :enqueued_by_0);
