@@ -603,10 +603,11 @@ class MySQLQueueDao(QueueDao):
         # is sent as the insert is (``insert_new``) where the driver takes it:
         # SQLAlchemy's expanding list of keys, made at every call, cost a third of the
         # read's client time.
-        ids = self._ids_of(conn, pkind, keys, current)
-        if not ids:
+        ids = self._ids_of(conn, pkind, keys, False)
+        if not ids and not current:
             return []
-        rows = list(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": ids}))
+        rows = list(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": ids})
+                    ) if ids else []
         if len(rows) == len(keys):
             return rows
         # While that read waited for the rows it locks, other producers may have inserted
@@ -618,7 +619,8 @@ class MySQLQueueDao(QueueDao):
         # held, and those now there are locked by id too (mostly newer, higher ids: the
         # order acks lock in). The load test's producers passing ``connection=`` met 0 to 8
         # deadlocks a driver in 10 s before, and 0 to 2 since (three MariaDB drivers,
-        # three runs before, four since), and made 13% more offers on average.
+        # three runs before, four since), and made 13% more offers on average. After an
+        # insert met a key (``current``), that read is a locking one, of those keys alone.
         held = {row[0] for row in rows}
         more = self._ids_of(conn, pkind, [k for k in keys if k not in held], current)
         if more:
@@ -634,7 +636,8 @@ class MySQLQueueDao(QueueDao):
             # transaction by default, a plain read sees the snapshot of the transaction's
             # first read, without the key, and the offer inserted it again, for ever. A
             # locking read reads what is committed now; the failed insert holds a shared
-            # lock on the key's entry already.
+            # lock on the key's entry already. (Only the keys the plain read did not find:
+            # on those it found, an ack deleting one would wait for the shared lock.)
             found = conn.execute(self.current_read(self._existing_ids),
                                  {"b_kind": pkind, "keys": keys})
         elif conn.dialect.driver in _NAMED_DRIVERS:
