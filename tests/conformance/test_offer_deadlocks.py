@@ -16,6 +16,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -642,28 +643,39 @@ def test_producers_updating_a_key_inserted_while_they_waited_do_not_deadlock(
     # primary key and leaves the key's entry alone.
     if engine.dialect.name == "sqlite":
         pytest.skip("one writer at a time: the inserts cannot wait for each other")
+    def offer(conn: sa.Connection, payload: int) -> OfferOutcome:
+        if level == "read committed":
+            one_queue.dao.begin_read_committed(conn)  # the README's advice for MySQL
+        outcome = one_queue.offer("k", payload, connection=conn)
+        conn.commit()
+        return outcome
+
     with engine.connect() as first:
         assert one_queue.offer("k", 1, connection=first) is OfferOutcome.CREATED
-        others = []
-        for payload in (2, 3):
-            conn = engine.connect()
-            if level == "read committed":
-                one_queue.dao.begin_read_committed(conn)  # the README's advice for MySQL
-            others.append((conn, _session(conn), *_in_background(
-                lambda c=conn, p=payload: (one_queue.offer("k", p, connection=c),
-                                           c.commit())[0])))
-        try:
-            for _, session, _, out in others:
-                _until_waiting(engine, lambda s=session: s, "the others to wait for the first",
-                               lambda o=out: o)
-            first.commit()
-            for _, _, offering, _ in others:
-                offering.join(60)
-        finally:
-            for conn, *_ in others:
-                conn.close()
-    assert [out for *_, out in others] == [[OfferOutcome.UPDATED]] * 2
+        outs = _waiting_for(engine, first, [partial(offer, payload=p) for p in (2, 3)])
+    assert outs == [[OfferOutcome.UPDATED]] * 2
     assert one_queue.get("k").payload in (2, 3)
+
+
+def _waiting_for(engine: sa.Engine, first: sa.Connection,
+                 calls: list[Callable[[sa.Connection], object]]) -> list[list]:
+    """Run each of ``calls`` on a connection of its own, in the background; once each waits
+    for a lock (or has ended), commit ``first``: what each call returned or raised."""
+    others = []
+    for call in calls:
+        conn = engine.connect()
+        others.append((conn, _session(conn), *_in_background(call, conn)))
+    try:
+        for _, session, _, out in others:
+            _until_waiting(engine, lambda s=session: s, "the others to wait for the first",
+                           lambda o=out: o)
+        first.commit()
+        for _, _, running, _ in others:
+            running.join(60)
+    finally:
+        for conn, *_ in others:
+            conn.close()
+    return [out for *_, out in others]
 
 
 def test_an_ack_gives_way_to_an_offer_whose_insert_met_its_key(one_queue, engine):
@@ -999,21 +1011,9 @@ def test_producers_marking_a_new_queue_as_grouped_at_once_do_not_deadlock(one_qu
         one_queue.dao.begin_read_committed(first)  # the README's advice for MySQL
         assert one_queue.offer_many([Message("a", 1, group="ga")], connection=first) == [
             OfferOutcome.CREATED]
-        others = []
-        for key in "bc":
-            conn = engine.connect()
-            others.append((conn, _session(conn), *_in_background(
-                _offer_grouped_in, conn, one_queue, key)))
-        try:
-            for _, session, *_ in others:
-                _until_waiting(engine, lambda s=session: s, "the others to wait for the first")
-            first.commit()
-            for _, _, offering, _ in others:
-                offering.join(60)
-        finally:
-            for conn, *_ in others:
-                conn.close()
-    assert [out for *_, out in others] == [[[OfferOutcome.CREATED]]] * 2
+        outs = _waiting_for(engine, first, [partial(_offer_grouped_in, queue=one_queue, key=k)
+                                            for k in "bc"])
+    assert outs == [[[OfferOutcome.CREATED]]] * 2
     assert sorted(e.key for e in one_queue.poll_many(3)) == ["a", "b", "c"]
 
 
