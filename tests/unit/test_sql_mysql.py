@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects.mysql import mysqlconnector
 
 from sqldelay.dialects import OfferRow
 from sqldelay.dialects.mysql import _UPDATE_PART, MariaDBQueueDao, MySQLQueueDao
 from sqldelay.schema import queue_table
 
-from .dao_recorder import RecordingConnection, existing_answers, existing_row
+from .dao_recorder import RecordingConnection, existing_answers, existing_row, render
 
 
 def connected(version: tuple[int, ...], *, mariadb: bool) -> sa.Dialect:
@@ -64,3 +65,15 @@ def test_a_larger_update_goes_in_parts():
                    if sql.startswith("UPDATE")]
         assert [sorted(v for k, v in p.items() if k.startswith("i_")) for p in updates] == [
             list(range(100, 100 + _UPDATE_PART)), [100 + _UPDATE_PART]]
+
+
+def test_a_driver_without_named_placeholders_gets_the_same_update_through_core():
+    dialect = mysqlconnector.dialect()
+    dialect.server_version_info, dialect.is_mariadb = (10, 11, 9), True
+    dao = MariaDBQueueDao(queue_table(sa.MetaData(), "dq"))
+    conn = RecordingConnection(dialect, existing_answers(dao, [existing_row(
+        pkey="k", payload=b"[0]", scheduled_at_initially=2000, row_id=100)]))
+    dao.offer(conn, "q|json", [OfferRow("k", b"[1]", 3000, True)], 1)
+    [(stmt, values)] = [(s, p) for s, p in conn.executed if isinstance(s, sa.Update)]
+    assert (values["i_0"], values["p_0"], values["a_0"]) == (100, b"[1]", 3000)
+    assert "SET payload=CASE dq.id WHEN" in render(stmt, values, dialect)
