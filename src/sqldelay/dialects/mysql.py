@@ -606,8 +606,8 @@ class MySQLQueueDao(QueueDao):
         ids = self._ids_of(conn, pkind, keys, False)
         if not ids and not current:
             return []
-        rows = list(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": ids})
-                    ) if ids else []
+        rows = ([] if not ids else
+                list(conn.execute(self._existing_by_id, {"b_kind": pkind, "ids": ids})))
         if len(rows) == len(keys):
             return rows
         # While that read waited for the rows it locks, other producers may have inserted
@@ -709,15 +709,12 @@ class MySQLQueueDao(QueueDao):
         # that key had failed holds the entry shared to the end of its transaction, and
         # waits for the row this one holds: a deadlock, every time two producers updated a
         # key that a third had just inserted (MariaDB 10.11).
-        named = conn.dialect.driver in _NAMED_DRIVERS
-        for start in range(0, len(rows), _UPDATE_PART):
-            part = rows[start:start + _UPDATE_PART]
+        named, by = conn.dialect.driver in _NAMED_DRIVERS, actor is not None
+        for part in chunked(list(zip(rows, ids, strict=True)), _UPDATE_PART):
             values = {"b_kind": pkind, "created": now_ms, "actor": actor}
-            for i, (r, row_id) in enumerate(zip(part, ids[start:start + len(part)],
-                                                strict=True)):
+            for i, (r, row_id) in enumerate(part):
                 values[f"i_{i}"], values[f"p_{i}"], values[f"a_{i}"] = row_id, r.payload, r.at_ms
                 values[f"r_{i}"], values[f"g_{i}"] = r.priority, r.group
-            by = actor is not None
             if (len(part), by) not in self._updates:
                 self._updates[len(part), by] = self._update_by_id(len(part), by)
             stmt = self._updates[len(part), by]
