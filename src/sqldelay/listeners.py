@@ -110,6 +110,11 @@ class Listeners:
                 or getattr(type(listener), event, None) not in silent)
         return hearing
 
+    def hears(self, event: str) -> bool:
+        """Whether a listener does something on ``event``: where none does, a worker spares
+        itself the arguments (a handler's timing) and the call."""
+        return bool(self._heard_by(event))
+
     def emit(self, event: str, *args: object) -> None:
         for listener in self._heard_by(event):
             try:

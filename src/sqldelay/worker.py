@@ -383,7 +383,8 @@ class Worker(WorkerBase[DelayedQueue]):
         """Under the lock: ``envelope`` handled (``held``: here, not by another consumer;
         ``ok``: its handler returned), its ack to send unless its handler settled it."""
         self._running.discard(envelope)
-        self._rotation.done(self._name_of[id(envelope.queue)])
+        if self.limits:  # the rotation counts what is in flight of the queues with a cap
+            self._rotation.done(self._name_of[id(envelope.queue)])
         self._handled += held  # one that another consumer took is not handled here
         if ok and envelope.settled:  # its handler acked or released it itself
             self._acked += 1
@@ -419,7 +420,8 @@ class Worker(WorkerBase[DelayedQueue]):
         return False
 
     def _process(self, envelope: Envelope[DelayedQueue]) -> bool:
-        self._events.emit("started", envelope)
+        if self._hears_started:
+            self._events.emit("started", envelope)
         began = time.perf_counter()
         try:
             with envelope.queue.tracer.process(envelope):
@@ -435,8 +437,9 @@ class Worker(WorkerBase[DelayedQueue]):
                 log.exception("could not record the failure of %s; it comes back when its "
                               "lock expires", envelope.key)
             return False
-        self._events.emit("succeeded", envelope,
-                          timedelta(seconds=time.perf_counter() - began))
+        if self._hears_succeeded:
+            self._events.emit("succeeded", envelope,
+                              timedelta(seconds=time.perf_counter() - began))
         return True
 
     def _ack_loop(self) -> None:

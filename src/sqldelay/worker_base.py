@@ -190,6 +190,9 @@ class WorkerBase(Generic[_Q]):
         # processes running this worker (more than one: run() forks them, see supervisor.py)
         self.processes = processes
         self._events = Listeners(listeners)
+        # the two events of every message: none to emit where no listener hears them
+        self._hears_started = self._events.hears("started")
+        self._hears_succeeded = self._events.hears("succeeded")
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({list(self.queues.values())!r}, mode={self.mode.value}, "
