@@ -375,7 +375,9 @@ class Worker(WorkerBase[DelayedQueue]):
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
-            held = self._held(envelope)
+            # a lock that expired while the message waited in the buffer is renewed first
+            held = (envelope.locked_until > envelope.queue.clock.now()
+                    or self._renewed(envelope))
             ok = held and self._process(envelope)
             done = envelope, held, ok
 
@@ -401,13 +403,11 @@ class Worker(WorkerBase[DelayedQueue]):
             # its group or a slot under a cap
             self._wake.set()
 
-    def _held(self, envelope: Envelope[DelayedQueue]) -> bool:
-        """Whether the worker still holds ``envelope``, about to be handled: a lock that
-        expired while it waited in the buffer (no heartbeat, or one that could not reach the
-        database) is renewed first, unless another consumer took the message meanwhile, which
-        then handles it, not this worker."""
-        if envelope.locked_until > envelope.queue.clock.now():
-            return True
+    def _renewed(self, envelope: Envelope[DelayedQueue]) -> bool:
+        """Whether the worker still holds ``envelope``, about to be handled, whose lock expired
+        while it waited in the buffer (no heartbeat, or one that could not reach the
+        database): renewed, unless another consumer took the message meanwhile, which then
+        handles it, not this worker."""
         try:
             if _at_once(envelope.extend):
                 return True

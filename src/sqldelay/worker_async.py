@@ -373,7 +373,9 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
-            held = await self._held(envelope)
+            # a lock that expired while the message waited in the buffer is renewed first
+            held = (envelope.locked_until > envelope.queue.clock.now()
+                    or await self._renewed(envelope))
             ok = held and await self._process(envelope)
             done = envelope, held, ok
 
@@ -399,13 +401,11 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
             # its group or a slot under a cap
             self._wake.set()
 
-    async def _held(self, envelope: Envelope[AsyncDelayedQueue]) -> bool:
-        """Whether the worker still holds ``envelope``, about to be handled: a lock that
-        expired while it waited in the buffer (no heartbeat, or one that could not reach the
-        database) is renewed first, unless another consumer took the message meanwhile, which
-        then handles it, not this worker."""
-        if envelope.locked_until > envelope.queue.clock.now():
-            return True
+    async def _renewed(self, envelope: Envelope[AsyncDelayedQueue]) -> bool:
+        """Whether the worker still holds ``envelope``, about to be handled, whose lock expired
+        while it waited in the buffer (no heartbeat, or one that could not reach the
+        database): renewed, unless another consumer took the message meanwhile, which then
+        handles it, not this worker."""
         try:
             if await _at_once(envelope.extend):
                 return True
