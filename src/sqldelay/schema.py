@@ -89,7 +89,7 @@ def _payload_default(type_: QueuePayload, compiler: GenericTypeCompiler, **kw: A
 
 
 # the schema version this code reads and writes: the newest migration's revision
-SCHEMA_VERSION = "0011"
+SCHEMA_VERSION = "0012"
 
 
 class _Column(NamedTuple):
@@ -371,7 +371,19 @@ QUEUE = _TableSpec("", "0001", (
     # then takes its messages out of the first instead of adding an entry for each at its
     # lock's expiry, which every later claim of a lower priority walked past until vacuum
     _Index("_kind_ready_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0007",
-           where="lock_uuid IS NULL"),
+           until="0012", where="lock_uuid IS NULL"),
+    # where partial indexes are kept, the one above split by group: a message waiting goes
+    # into one claim-order index, where it went into two before (the one above and the group
+    # index, which held the ungrouped ones waiting), and an offer of new messages of no group
+    # updates four indexes instead of five (psycopg alone inserting 100 at a time from four
+    # connections: 103,000 to 111,000 messages/s against 88,000 to 94,000). A grouped claim's
+    # walk reads both, a plain claim too (where a queue has no group, the second is empty), a
+    # grouped claim's read of the ungrouped messages only the first: it walks no message of
+    # a group to find them
+    _Index("_kind_loose_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0012",
+           where="lock_uuid IS NULL AND group_key IS NULL"),
+    _Index("_kind_ready_grouped_ix", ("pkind", "priority DESC", "scheduled_at", "id"),
+           since="0012", where="lock_uuid IS NULL AND group_key IS NOT NULL"),
     _Index("_kind_flight_ix", ("pkind", "scheduled_at", "id"), since="0007",
            where="lock_uuid IS NOT NULL"),
     # a group's messages, in the group's order (claims take each group's first due one)
@@ -383,8 +395,12 @@ QUEUE = _TableSpec("", "0001", (
     # plain drain a fifth of its server time). The ungrouped ones waiting stay, so that a
     # grouped claim learns through it whether the queue has any
     _Index("_kind_grouped_ix", ("pkind", "group_key", "priority DESC",
-                                "scheduled_at_initially", "id"), since="0011",
+                                "scheduled_at_initially", "id"), since="0011", until="0012",
            where="group_key IS NOT NULL OR lock_uuid IS NULL"),
+    # where partial indexes are kept, the one above with the messages of a group alone: the
+    # ungrouped ones waiting are in ``_kind_loose_ix``, which answers whether there are any
+    _Index("_kind_groups_ix", ("pkind", "group_key", "priority DESC", "scheduled_at_initially",
+                               "id"), since="0012", where="group_key IS NOT NULL"),
     # where partial indexes are kept, the in-flight messages of each group, by their lock's
     # expiry: a group is busy while one is in flight, which its claims read here instead of
     # in a row of the groups table that every claim and ack wrote

@@ -250,7 +250,7 @@ def test_an_upgrade_from_the_0006_schema_claims_in_order_through_the_new_indexes
                                               ("later", now + 60_000, None, 7, None, None)])
         create_schema(engine, table_name=name)
         indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
-        split = {"_kind_ready_ix", "_kind_flight_ix"}
+        split = {"_kind_loose_ix", "_kind_flight_ix"}  # the first split again by 0012
         whole = {"_kind_prio_ix", "_kind_lock_ix"}
         partial = engine.dialect.name == "postgresql"
         assert (split if partial else whole) <= indexes
@@ -356,7 +356,8 @@ def test_an_upgrade_from_the_0010_schema_keeps_groups_and_the_ungrouped_messages
         create_schema(engine, table_name=name)
         partial = engine.dialect.name == "postgresql"
         indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
-        assert ({"_kind_grouped_ix"} if partial else {"_kind_group_ix"}) <= indexes
+        # the group index of 0011 made narrower again by 0012
+        assert ({"_kind_groups_ix"} if partial else {"_kind_group_ix"}) <= indexes
         assert ("_kind_group_ix" in indexes) != partial
         from sqldelay import FakeClock
         from sqldelay.clock import from_ms
@@ -368,8 +369,52 @@ def test_an_upgrade_from_the_0010_schema_keeps_groups_and_the_ungrouped_messages
         assert queue.ack_many(claimed) == 3
         alembic(backend_url, name, "downgrade", "0010")
         indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
-        assert "_kind_group_ix" in indexes and "_kind_grouped_ix" not in indexes
+        assert "_kind_group_ix" in indexes and "_kind_groups_ix" not in indexes
         assert queue.stats().in_flight == 2  # x0 and "held", kept
+    finally:
+        drop_schema(engine, table_name=name)
+
+
+def test_an_upgrade_from_the_0011_schema_keeps_every_message_claimable_in_its_order(
+        backend_url, engine):
+    """0012 splits the claims' index of waiting messages by group, and keeps only messages
+    of a group in the group index, where partial indexes are kept (PostgreSQL): messages
+    written under 0011, grouped and not, waiting and claimed, of several priorities, are
+    claimed after the upgrade in the order they were before it, and after a downgrade."""
+    name = unique_name("sqdy")
+    alembic(backend_url, name, "upgrade", "0011")
+    try:
+        now = 1_000_000
+        with engine.begin() as conn:
+            _write_messages(conn, name, now, [
+                ("x0", now + 30_000, "L-1", 0, "x", None),  # x in flight
+                ("x1", now - 10, None, 0, "x", None), ("y0", now - 8, None, 0, "y", None),
+                ("y1", now - 7, None, 0, "y", None),
+                ("gone", now - 6, "L-2", 0, None, None),  # its lock expired
+                ("held", now + 30_000, "L-3", 0, None, None),
+                ("urgent", now - 1, None, 5, None, None), ("z0", now - 2, None, 5, "z", None),
+                ("loose", now - 4, None, 0, None, None)])
+            _hold_group_x(conn, name, now)
+        create_schema(engine, table_name=name)
+        partial = engine.dialect.name == "postgresql"
+        indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
+        split = {"_kind_loose_ix", "_kind_ready_grouped_ix", "_kind_groups_ix"}
+        before = {"_kind_ready_ix", "_kind_grouped_ix"}
+        assert (split <= indexes and not before & indexes) if partial else not split & indexes
+        from sqldelay import FakeClock
+        from sqldelay.clock import from_ms
+
+        queue = DelayedQueue(engine, "orders", table_name=name, clock=FakeClock(from_ms(now)))
+        claimed = queue.poll_many(10)
+        assert [(e.key, e.attempt) for e in claimed] == [
+            ("z0", 1), ("urgent", 1), ("y0", 1), ("gone", 2), ("loose", 1)]
+        assert queue.poll_many(10) == []  # x held by x0, y by y0, "held" keeps its lock
+        assert queue.ack_many(claimed) == 5
+        assert [e.key for e in queue.poll_many(10)] == ["y1"]
+        alembic(backend_url, name, "downgrade", "0011")
+        indexes = {ix for ix, _, _ in shape(backend_url, name)[""][1]}
+        assert not split & indexes and (before <= indexes or not partial)
+        assert queue.stats().in_flight == 3  # x0, "held" and y1, kept
     finally:
         drop_schema(engine, table_name=name)
 

@@ -199,9 +199,9 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
     if postgres:
         # the walk locks group g1 (an advisory lock) and meets an ungrouped message; then
         # the heads and the ungrouped messages are claimed and marked in one statement,
-        # with bitmap and sequential reads off (in the caller's transaction: set, then
+        # under the claim's planner settings (in the caller's transaction: set, then
         # back; in the claim's own, set by the walk)
-        settings = [("on", "on", "off", "off")]
+        settings = [("on", "on", "off", "off", "auto")]
         # groups locked (and how many), walked, ungrouped met
         won = [('["g1"]', 1, 2, True, "read committed")]
         grouped_claim = [won, settings, [claimed], []]
@@ -216,7 +216,8 @@ def flow_recordings(dao, dialect: sa.Dialect, kind: str) -> list[tuple[str, obje
         grouped = Control(False, True, None, None, None, None, None)
         record("grouped claim", lambda c: dao.claim_checked(
             c, kind, 100, 10, "L", 400, last=grouped, optimistic=True),
-            [[(*won[0], "off", "off", "off", "off")], [claimed]])  # settings set by the walk
+            [[(*won[0], "off", "off", "off", "off", "force_generic_plan")],
+             [claimed]])  # settings set by the walk
     # a queue with a rate limit alone, so at its last claim: claimed with its bucket in one
     # statement where the dialect can; elsewhere the settings read, the plain claim, and the
     # bucket refilled and charged by one conditional UPDATE

@@ -182,7 +182,9 @@ class Dialect(Protocol):
     def due_in_claim_order(self, base: AnySelect, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
                            skip_locked: bool = False,
-                           source: sa.FromClause | None = None) -> AnySelect:
+                           source: sa.FromClause | None = None,
+                           ungrouped: bool = False,
+                           of_groups: Sequence[sa.ColumnElement[bool]] = ()) -> AnySelect:
         """A read cut to the first due messages in claim order."""
 
     def lock_rows(self, stmt: AnySelect, table: sa.FromClause, *, skip: bool) -> AnySelect:

@@ -456,15 +456,20 @@ class FlowControl:
     def due_in_claim_order(self, base: AnySelect, limit: sa.ColumnElement[int], *,
                            gate: Sequence[sa.ColumnElement[bool]] = (),
                            skip_locked: bool = False,
-                           source: sa.FromClause | None = None) -> AnySelect:
+                           source: sa.FromClause | None = None,
+                           ungrouped: bool = False,
+                           of_groups: Sequence[sa.ColumnElement[bool]] = ()) -> AnySelect:
         """``base`` (a read of the queue table, or of ``source``, an alias of it: its
         columns, and conditions on each message) cut to the first ``limit`` due messages (of
         b_kind, at b_now) in claim order, locking each it returns where ``skip_locked``,
         passing over rows others have locked; nothing where a condition of ``gate`` (on the
-        queue, not on its messages) fails. A dialect whose claims read unlocked messages and
-        expired locks through indexes of their own (``partial_indexes``) reads each there."""
+        queue, not on its messages) fails; ``ungrouped``: only messages of no group are
+        wanted; ``of_groups``: conditions on each message that only a message of a group can
+        fail. A dialect whose claims read unlocked messages and expired locks through
+        indexes of their own (``partial_indexes``) reads each there, and leaves
+        ``of_groups`` out of its read of the messages of no group."""
         t = self.table if source is None else source
-        stmt = (base.where(t.c.pkind == sa.bindparam("b_kind"),
+        stmt = (base.where(*of_groups, t.c.pkind == sa.bindparam("b_kind"),
                            t.c.scheduled_at <= sa.bindparam("b_now", type_=sa.BigInteger),
                            *gate)
                 .order_by(*claim_order(t)).limit(limit))
