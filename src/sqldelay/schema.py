@@ -377,9 +377,8 @@ QUEUE = _TableSpec("", "0001", (
     # index, which held the ungrouped ones waiting), and an offer of new messages of no group
     # updates four indexes instead of five (psycopg alone inserting 100 at a time from four
     # connections: 103,000 to 111,000 messages/s against 88,000 to 94,000). A grouped claim's
-    # walk reads both, a plain claim too (where a queue has no group, the second is empty), a
-    # grouped claim's read of the ungrouped messages only the first: it walks no message of
-    # a group to find them
+    # walk reads both; a plain claim (its queue has no groups) and a grouped claim's read of
+    # the ungrouped messages the first alone, which walks no message of a group to find them
     _Index("_kind_loose_ix", ("pkind", "priority DESC", "scheduled_at", "id"), since="0012",
            where="lock_uuid IS NULL AND group_key IS NULL"),
     _Index("_kind_ready_grouped_ix", ("pkind", "priority DESC", "scheduled_at", "id"),

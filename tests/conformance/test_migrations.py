@@ -380,7 +380,8 @@ def test_an_upgrade_from_the_0011_schema_keeps_every_message_claimable_in_its_or
     """0012 splits the claims' index of waiting messages by group, and keeps only messages
     of a group in the group index, where partial indexes are kept (PostgreSQL): messages
     written under 0011, grouped and not, waiting and claimed, of several priorities, are
-    claimed after the upgrade in the order they were before it, and after a downgrade."""
+    claimed after the upgrade in the order they were before it; a downgrade brings the old
+    indexes back and keeps the messages."""
     name = unique_name("sqdy")
     alembic(backend_url, name, "upgrade", "0011")
     try:
