@@ -74,7 +74,7 @@ _UNANALYZED_BYTES = 4 << 20
 # for any values: the server's choice between that and a plan made for each call's values
 # went, with the group index of messages of a group alone, to one made for each call, its
 # planning a fifth of the heads' claim (a drain of 100,000 messages in 1,000 groups by four
-# consumers: 70 to 76 us of server time a message, 62 to 65 with the one plan)
+# consumers: 69 to 76 us of server time a message, 62 to 65 with the one plan)
 _WALK_SETTINGS = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off",
                   "jit": "off", "plan_cache_mode": "force_generic_plan"}
 # how many busy groups the grouped claim's walk reads at most, hashed, to pass over their
