@@ -404,11 +404,12 @@ def test_overlapping_batches_and_consumers_on_one_table_never_deadlock(engine, t
     # optimizer chose (a743197) and acks could scan the table (5085b53), and in 2 runs of 40
     # alone when an ack waited for a key that an offer's failed insert held (see
     # test_an_ack_gives_way_to_an_offer_whose_insert_met_its_key). On PostgreSQL
-    # nothing is retried either. On MariaDB sqldelay still retries some claims and acks
-    # (0 to 3 a run here): a claim's SKIP LOCKED read of the claim index waits for a row's
-    # primary-key record that an offer's locking read holds instead of skipping it (MariaDB
-    # 10.11, SHOW ENGINE INNODB STATUS: "lock_mode X locks rec but not gap waiting" on
-    # PRIMARY), at READ COMMITTED too.
+    # nothing is retried either. On MariaDB sqldelay still retries some claims and offers
+    # (0 to 3 a run here): InnoDB's deadlock log shows the claim's SKIP LOCKED read "waiting"
+    # ("lock_mode X locks rec but not gap waiting" on PRIMARY) for a row an offer's locking
+    # read holds while that read waits for a row the claim holds. The claim would have
+    # skipped the row; MariaDB 10.11 reports a deadlock all the same (the README's
+    # Transactions paragraph).
     if engine.dialect.name == "sqlite":
         pytest.skip("one writer at a time: two transactions cannot interleave")
     one_queue = DelayedQueue(engine, unique_name("q"), table_name=table_name)

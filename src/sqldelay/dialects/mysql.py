@@ -452,10 +452,10 @@ class MySQLQueueDao(QueueDao):
         # read first would lock all it reads), and the outer read has no ORDER BY: a sort
         # would lock every row it sorts. The materialized ids are read in the order they
         # were written, claim order, and ``pick_due`` sorts what it gets. MariaDB (10.11.19)
-        # can still report a deadlock here though the read never waits: when it meets a row
-        # that a transaction holds while that transaction waits for one this claim holds (an
-        # offer updating messages being claimed), one of the two is rolled back; MySQL 9.7
-        # did not (README, "Transactions").
+        # can still report a deadlock for a row this read would have skipped: one that a
+        # transaction holds while that transaction waits for a row this claim holds (an offer
+        # updating messages being claimed); one of the two is rolled back. MySQL 9.7 did not
+        # (README, "Transactions").
         t = self.table
         index = self.group_index if "ungrouped" in where else self.claim_index
         now = sa.bindparam("b_now", type_=sa.BigInteger)
