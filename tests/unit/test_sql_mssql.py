@@ -198,6 +198,13 @@ def test_flow_control_statements_parse(dao):
     assert_tsql(statements)
     locks = [s for s in statements if "dq_groups" in s and s.startswith("SELECT")]
     assert any("WITH (UPDLOCK, ROWLOCK, READPAST)" in s for s in locks)  # SKIP LOCKED
+    # a grouped claim passes over a group whose first message another transaction holds: the
+    # heads are locked with READPAST, the subquery finding them reads without it (it would
+    # find the group's next message in the head's stead)
+    heads = [s for s in statements if s.startswith("SELECT") and "dq.id IN (SELECT (" in s]
+    assert heads and all(s.count("READPAST") == 1 and
+                         "FROM dq WITH (UPDLOCK, ROWLOCK, READPAST) WHERE dq.id IN" in s
+                         for s in heads)
     assert not any("FOR UPDATE" in s for s in statements)
     # a condition is no value in a T-SQL select list: the walk reads whether a group has its
     # row as 1 or 0

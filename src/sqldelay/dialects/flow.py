@@ -548,7 +548,8 @@ class FlowControl:
 
     def read_heads(self, conn: sa.Connection, pkind: str, groups: Sequence[str],
                    now_ms: int) -> Sequence[Sequence[Any]]:
-        """The first due message of each of ``groups`` (locked by this claim), locked."""
+        """The first due message of each of ``groups`` (locked by this claim), locked; a
+        group whose first message another transaction holds is left out."""
         stmt, values = self.heads_plan(conn.dialect, pkind, groups, now_ms, len(groups))
         return conn.execute(stmt, values).fetchall()
 
@@ -556,13 +557,19 @@ class FlowControl:
     def _group_heads(self) -> AnySelect:
         """The first due message (at b_now) of each group the parameter ``names`` lists, in
         the group's order, locked, as ``_claim_columns``: one walk of the group index per
-        group, however many messages wait behind the head."""
+        group, however many messages wait behind the head. A head another transaction holds
+        (an offer updating it, a late ack) is passed over, and its group waits for the next
+        claim: a claim that waited for it would hold the heads it had locked already, which
+        that transaction, offering one of them next, would wait for in turn. Only the lock
+        passes over: the read that finds each head does not, so the next message of such a
+        group is never taken in its stead (it is what the database's plain reads do: on SQL
+        Server without READ_COMMITTED_SNAPSHOT that read waits for a head being changed)."""
         t, g = self.table, self.groups
         heads = sa.select(self.group_head()).where(
             g.c.pkind == sa.bindparam("b_kind"),
             g.c.group_key.in_(sa.bindparam("names", expanding=True)))
         return self.lock_rows(sa.select(*self._claim_columns).where(t.c.id.in_(heads)), t,
-                              skip=False)
+                              skip=True)
 
     def group_head(self, index: str | None = None) -> sa.ScalarSelect[int]:
         """The id of the first due message (at b_now) of the outer query's group row, in the
