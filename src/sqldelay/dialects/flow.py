@@ -563,7 +563,9 @@ class FlowControl:
         that transaction, offering one of them next, would wait for in turn. Only the lock
         passes over: the read that finds each head does not, so the next message of such a
         group is never taken in its stead (it is what the database's plain reads do: on SQL
-        Server without READ_COMMITTED_SNAPSHOT that read waits for a head being changed)."""
+        Server without READ_COMMITTED_SNAPSHOT, its default, a read at READ COMMITTED takes
+        shared locks, which wait for a row another transaction changed until it ends, by the
+        documentation of SET TRANSACTION ISOLATION LEVEL; Oracle's reads never wait)."""
         t, g = self.table, self.groups
         heads = sa.select(self.group_head()).where(
             g.c.pkind == sa.bindparam("b_kind"),
