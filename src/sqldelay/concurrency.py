@@ -36,9 +36,9 @@ Condition = threading.Condition
 Lock = threading.Lock
 
 __all__ = ["Call", "Condition", "Connection", "Engine", "Event", "HandlerRunner", "Lock",
-           "Retrying", "Spawned", "check_connection", "engine_problem", "install_signal_handlers",
-           "notify_all_soon", "run_blocking", "run_op", "run_to_end", "side_by_side", "sleep",
-           "spawn", "threadsafe", "wait_event"]
+           "Relay", "Retrying", "Spawned", "check_connection", "engine_problem",
+           "install_signal_handlers", "notify_all_soon", "run_blocking", "run_op", "run_to_end",
+           "side_by_side", "sleep", "spawn", "threadsafe", "wait_event", "wake_handlers"]
 
 
 def engine_problem(engine: Any, front: str) -> str | None:
@@ -90,6 +90,23 @@ def notify_all_soon(cond: threading.Condition) -> None:
     """Wake every waiter of ``cond``."""
     with cond:
         cond.notify_all()
+
+
+def wake_handlers(cond: threading.Condition, count: int) -> None:
+    """Under ``cond``'s lock, ``count`` new messages in the buffer of the handler threads
+    waiting on it: wake as many (threads run side by side; ``Relay`` has nothing to add)."""
+    cond.notify(count)
+
+
+class Relay:
+    """Among threads, ``wake_handlers`` woke a handler for each message already: ``took()``
+    passes nothing on (the event loop's ``Relay`` does)."""
+
+    def __init__(self, cond: threading.Condition, more: Callable[[], bool]) -> None:
+        pass
+
+    def took(self) -> None:
+        pass
 
 
 class Spawned:

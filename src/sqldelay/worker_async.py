@@ -33,6 +33,7 @@ from .concurrency_async import (
     Event,
     HandlerRunner,
     Lock,
+    Relay,
     Spawned,
     install_signal_handlers,
     notify_all_soon,
@@ -43,6 +44,7 @@ from .concurrency_async import (
     spawn,
     threadsafe,
     wait_event,
+    wake_handlers,
 )
 from .dead_letters_async import AsyncDeadLetters
 from .errors import UnsupportedDialectError
@@ -98,11 +100,14 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
         self._batches_at_once = 1  # batches then claimed at once (``_reset``)
         self._waited = False  # a batch of the current claim found every handler idle
         # one lock, two conditions: handlers wait for work; the fetcher, drain and shutdown
-        # wait for the handlers (an idle one, or none running). Apart, a refill wakes only as
-        # many handlers as it brings messages, and a handler going idle wakes no other handler
+        # wait for the handlers (an idle one, or none running). Apart, a refill wakes no more
+        # handlers than it brings messages, and a handler going idle wakes no other handler
         self._lock = Lock()
         self._work = Condition(self._lock)
         self._state = Condition(self._lock)
+        # how a batch reaches the handlers (``wake_handlers``): on the event loop one task,
+        # which passes the rest on as handlers suspend (``Relay``); threads, one a message
+        self._relay = Relay(self._work, lambda: bool(self._buffer) and self._idle_handlers > 0)
         self._buffer: deque[Envelope[AsyncDelayedQueue]] = deque()  # claimed, not started
         self._running: set[Envelope[AsyncDelayedQueue]] = set()
         self._to_ack: list[Envelope[AsyncDelayedQueue]] = []  # handled, their acks not yet sent
@@ -304,7 +309,7 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
                 # the handlers waited for this claim: all of them idle when it came back
                 self._waited = self._waited or self._idle_handlers == self.concurrency
                 self._buffer.extend(batch)
-                self._work.notify(len(batch))
+                wake_handlers(self._work, len(batch))
         return batch
 
     async def _wait_until_quiet(self) -> bool:
@@ -373,6 +378,7 @@ class AsyncWorker(WorkerBase[AsyncDelayedQueue]):
                     return
                 envelope = self._buffer.popleft()
                 self._running.add(envelope)
+                self._relay.took()
             # a lock that expired while the message waited in the buffer is renewed first
             held = (envelope.locked_until > envelope.queue.clock.now()
                     or await self._renewed(envelope))

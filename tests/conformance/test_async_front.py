@@ -60,6 +60,38 @@ def test_async_handlers_are_awaited_and_failures_retried(async_queue, front, clo
     assert (stats.due, stats.scheduled, stats.in_flight) == (0, 0, 0)
 
 
+def test_async_handlers_that_suspend_run_side_by_side_up_to_the_concurrency(async_queue, front):
+    # a batch wakes one handler task, and each one that suspends lets the next one in: all
+    # five must get in, and no sixth, though the batch brought ten
+    q = async_queue
+    inside: list[str] = []
+    peak = 0
+    five_inside = asyncio.Event()
+    waited_in_vain: list[str] = []
+
+    async def handler(envelope):
+        nonlocal peak
+        inside.append(envelope.key)
+        peak = max(peak, len(inside))
+        if len(inside) == 5:
+            five_inside.set()
+        try:
+            await asyncio.wait_for(five_inside.wait(), 10)
+        except TimeoutError:  # fewer than five got in meanwhile: let the rest through
+            waited_in_vain.append(envelope.key)
+            five_inside.set()
+        finally:
+            inside.remove(envelope.key)
+
+    async def scenario():
+        await q.offer_many([Message(f"k{i}", i) for i in range(10)])
+        worker = AsyncWorker(q, handler, concurrency=5, batch_size=10, listeners=[])
+        return await worker.drain()
+
+    assert front.run(scenario) == 10
+    assert (peak, waited_in_vain) == (5, [])
+
+
 def test_transactional_async_handlers_write_through_the_async_connection(async_queue, front,
                                                                          engine, table_name):
     q = async_queue
