@@ -146,8 +146,8 @@ class Relay:
     """Wakes one more handler waiting on ``cond`` once the loop is free, after a handler took a
     message from the buffer: ``took()``, under the lock. The loop is free when the handlers
     that run suspend (or go back to waiting), so a batch reaches as many handlers at once as
-    suspend, one more each time one does. ``more()``, under the lock: whether messages wait
-    in the buffer and a handler waits for them."""
+    suspend, one more each time one does. ``more()``: whether messages wait in the buffer and
+    a handler waits for them (asked again under the lock before the wake-up)."""
 
     def __init__(self, cond: asyncio.Condition, more: Callable[[], bool]) -> None:
         self._cond = cond
